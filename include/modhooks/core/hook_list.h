@@ -1,0 +1,97 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "modhooks/core/handle.h"
+
+namespace modhooks {
+namespace detail {
+
+/// Hooks that take `call` off its fast path, counted over every live table of the process.
+/// `call` reads it with one relaxed load before doing anything else; zero means "no hooks
+/// anywhere", and the module's `forward` runs as if modhooks were not there.
+inline std::atomic<std::int64_t> call_hooks_active{0};
+
+/// An ordered list of hooks of one kind on one module (or the global list of that kind).
+///
+/// Copy-on-write: registration and removal (rare) take the lock, copy the vector, edit it and
+/// publish the copy; dispatch takes a snapshot (one shared_ptr copy) and iterates it. A hook may
+/// therefore remove itself or others while running, and registration is safe while autograd
+/// threads run backward hooks.
+template <class Hook>
+class HookList final : public HookTableBase {
+ public:
+  struct Entry {
+    std::uint64_t id;
+    Hook hook;
+  };
+  using Entries = std::vector<Entry>;
+  using Snapshot = std::shared_ptr<const Entries>;
+
+  /// `counter`, when given, tracks how many hooks this list holds (see `call_hooks_active`).
+  explicit HookList(std::atomic<std::int64_t>* counter = nullptr) : counter_(counter) {}
+  HookList(const HookList&) = delete;
+  HookList& operator=(const HookList&) = delete;
+  ~HookList() override {
+    if (counter_) counter_->fetch_sub(static_cast<std::int64_t>(entries_->size()));
+  }
+
+  /// Appends the hook, or puts it first with `prepend` (Python's `move_to_end(last=False)`).
+  std::uint64_t add(Hook hook, bool prepend = false) {
+    const std::uint64_t id = next_hook_id.fetch_add(1);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto next = std::make_shared<Entries>();
+    next->reserve(entries_->size() + 1);
+    if (prepend) next->push_back(Entry{id, std::move(hook)});
+    next->insert(next->end(), entries_->begin(), entries_->end());
+    if (!prepend) next->push_back(Entry{id, std::move(hook)});
+    entries_ = std::move(next);
+    if (counter_) counter_->fetch_add(1);
+    return id;
+  }
+
+  void remove(std::uint64_t id) noexcept override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto pos = std::find_if(entries_->begin(), entries_->end(),
+                            [id](const Entry& e) { return e.id == id; });
+    if (pos == entries_->end()) return;
+    auto next = std::make_shared<Entries>();
+    next->reserve(entries_->size() - 1);
+    next->insert(next->end(), entries_->begin(), pos);
+    next->insert(next->end(), std::next(pos), entries_->end());
+    entries_ = std::move(next);
+    if (counter_) counter_->fetch_sub(1);
+  }
+
+  /// The hooks as they are now, in call order; later changes do not affect it.
+  Snapshot snapshot() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return entries_;
+  }
+
+  std::size_t size() const { return snapshot()->size(); }
+  bool empty() const { return size() == 0; }
+
+ private:
+  mutable std::mutex mutex_;
+  Snapshot entries_ = std::make_shared<const Entries>();
+  std::atomic<std::int64_t>* counter_;
+};
+
+/// A handle for a hook of `list`, a member of the object `owner` points to. The handle's weak
+/// reference shares `owner`'s lifetime (shared_ptr aliasing), so it dies with the module's tables.
+template <class Owner, class Hook>
+RemovableHandle make_handle(const std::shared_ptr<Owner>& owner, HookList<Hook>& list,
+                            std::uint64_t id) {
+  return RemovableHandle(std::shared_ptr<HookTableBase>(owner, &list), id);
+}
+
+}  // namespace detail
+}  // namespace modhooks
