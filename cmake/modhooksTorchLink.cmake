@@ -2,12 +2,8 @@
 # site-packages/nvidia. The linker does not follow it, and a system CUDA toolkit's older copies
 # win instead ("undefined reference to ncclSignal"). Point the linker at the wheel's copies.
 function(modhooks_fix_torch_link target)
-  get_target_property(_loc torch_cpu IMPORTED_LOCATION)
-  if(NOT _loc)
-    return()
-  endif()
-  get_filename_component(_torch_lib_dir "${_loc}" DIRECTORY)
-  file(GLOB _nvidia_libs LIST_DIRECTORIES true "${_torch_lib_dir}/../../nvidia/*/lib")
+  # TorchConfig.cmake sets TORCH_INSTALL_PREFIX; the wheel's is site-packages/torch.
+  file(GLOB _nvidia_libs LIST_DIRECTORIES true "${TORCH_INSTALL_PREFIX}/../nvidia/*/lib")
   if(NOT _nvidia_libs)
     return()
   endif()

@@ -1,0 +1,78 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "modhooks/core/hook_list.h"
+
+namespace modhooks {
+
+/// Gradients as hooks see them. An undefined tensor stands wherever Python passes None.
+using TensorList = std::vector<at::Tensor>;
+
+/// Options of `register_forward_hook` and `register_forward_pre_hook` (Python's keyword
+/// arguments), with fluent setters in libtorch's `TORCH_ARG` style.
+class ForwardHookOptions {
+ public:
+  /// Run this hook before the ones already registered on the module (global hooks still run
+  /// first, as in Python).
+  ForwardHookOptions& prepend(bool value) noexcept {
+    prepend_ = value;
+    return *this;
+  }
+  bool prepend() const noexcept { return prepend_; }
+
+  /// Run this forward hook even when a pre-hook, `forward` or another forward hook throws.
+  ForwardHookOptions& always_call(bool value) noexcept {
+    always_call_ = value;
+    return *this;
+  }
+  bool always_call() const noexcept { return always_call_; }
+
+ private:
+  bool prepend_ = false;
+  bool always_call_ = false;
+};
+
+namespace detail {
+
+/// The normalised form every user hook is stored in: the callable adapted at registration, so
+/// dispatch only iterates ready-to-call functions. `M` is the module type hooks receive
+/// (`torch::nn::Module`, or `torch::jit::Module` for TorchScript).
+template <class M>
+using ForwardPreHookFn =
+    std::function<std::optional<std::vector<c10::IValue>>(M&, const std::vector<c10::IValue>&)>;
+
+template <class M>
+struct ForwardHookEntry {
+  std::function<std::optional<c10::IValue>(M&, const std::vector<c10::IValue>&,
+                                           const c10::IValue&)>
+      fn;
+  bool always_call = false;
+};
+
+template <class M>
+using BackwardPreHookFn = std::function<std::optional<TensorList>(M&, const TensorList&)>;
+
+template <class M>
+using BackwardHookFn =
+    std::function<std::optional<TensorList>(M&, const TensorList&, const TensorList&)>;
+
+/// The hook tables of one module, or the global ones. Every list counts into
+/// `call_hooks_active`, which keeps `call` on its fast path while nothing is registered.
+template <class M>
+struct ModuleHooks {
+  HookList<ForwardPreHookFn<M>> forward_pre{&call_hooks_active};
+  HookList<ForwardHookEntry<M>> forward{&call_hooks_active};
+  HookList<BackwardPreHookFn<M>> backward_pre{&call_hooks_active};
+  HookList<BackwardHookFn<M>> backward{&call_hooks_active};
+};
+
+}  // namespace detail
+}  // namespace modhooks

@@ -1,0 +1,142 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "modhooks/core/handle.h"
+#include "modhooks/nn/registry.h"
+
+namespace modhooks {
+namespace detail {
+
+/// Calls a user hook with the module as the type it was written for: `torch::nn::Module&`,
+/// or the concrete `T&` of the module it was registered on.
+template <class T, class F, class... A>
+decltype(auto) invoke_hook(F& hook, torch::nn::Module& module, A&&... args) {
+  if constexpr (std::is_invocable_v<F&, torch::nn::Module&, A...>) {
+    return hook(module, std::forward<A>(args)...);
+  } else {
+    return hook(static_cast<T&>(module), std::forward<A>(args)...);
+  }
+}
+
+/// Adapts any callable with a fitting signature, returning `void`, a value or an optional, to
+/// the stored form. Done once at registration so dispatch pays nothing for the flexibility.
+template <class Ret, class T, class... A, class F>
+std::function<std::optional<Ret>(torch::nn::Module&, A...)> adapt_hook(F hook) {
+  static_assert(std::is_invocable_v<F&, torch::nn::Module&, A...> ||
+                    std::is_invocable_v<F&, T&, A...>,
+                "modhooks: this hook cannot be called with the arguments of its hook kind "
+                "(see the table in API.md)");
+  return [hook = std::move(hook)](torch::nn::Module& module, A... args) mutable {
+    using R = decltype(invoke_hook<T>(hook, module, args...));
+    if constexpr (std::is_void_v<R>) {
+      invoke_hook<T>(hook, module, args...);
+      return std::optional<Ret>();
+    } else {
+      return std::optional<Ret>(invoke_hook<T>(hook, module, args...));
+    }
+  };
+}
+
+template <class Hooks, class List, class Hook>
+RemovableHandle add_hook(const std::shared_ptr<Hooks>& hooks, List Hooks::*list, Hook hook,
+                         bool prepend) {
+  auto& table = (*hooks).*list;
+  return make_handle(hooks, table, table.add(std::move(hook), prepend));
+}
+
+using HookArgs = std::vector<c10::IValue>;
+
+}  // namespace detail
+
+/// Python's `Module.register_forward_pre_hook`: `hook(module, args)` runs before `forward` and
+/// may return replacement args (a vector of the same length).
+template <class M, class F, detail::IfModule<M> = 0>
+RemovableHandle register_forward_pre_hook(M&& module, F hook, ForwardHookOptions options = {}) {
+  using T = detail::ModuleType<M>;
+  return detail::add_hook(detail::hooks_for(detail::module_ref(module)),
+                          &detail::NnHooks::forward_pre,
+                          detail::adapt_hook<detail::HookArgs, T, const detail::HookArgs&>(std::move(hook)),
+                          options.prepend());
+}
+
+/// Python's `Module.register_forward_hook`: `hook(module, args, output)` runs after `forward`
+/// and may return a replacement output.
+template <class M, class F, detail::IfModule<M> = 0>
+RemovableHandle register_forward_hook(M&& module, F hook, ForwardHookOptions options = {}) {
+  using T = detail::ModuleType<M>;
+  detail::ForwardHookEntry<torch::nn::Module> entry{
+      detail::adapt_hook<c10::IValue, T, const detail::HookArgs&, const c10::IValue&>(std::move(hook)),
+      options.always_call()};
+  return detail::add_hook(detail::hooks_for(detail::module_ref(module)),
+                          &detail::NnHooks::forward, std::move(entry), options.prepend());
+}
+
+/// Python's `Module.register_full_backward_pre_hook`: `hook(module, grad_output)` runs when the
+/// gradients of the module's outputs are ready and may return a replacement `grad_output`.
+template <class M, class F, detail::IfModule<M> = 0>
+RemovableHandle register_full_backward_pre_hook(M&& module, F hook, bool prepend = false) {
+  using T = detail::ModuleType<M>;
+  return detail::add_hook(detail::hooks_for(detail::module_ref(module)),
+                          &detail::NnHooks::backward_pre,
+                          detail::adapt_hook<TensorList, T, const TensorList&>(std::move(hook)),
+                          prepend);
+}
+
+/// Python's `Module.register_full_backward_hook`: `hook(module, grad_input, grad_output)` runs
+/// when the gradients of the module's inputs are ready and may return a replacement
+/// `grad_input`.
+template <class M, class F, detail::IfModule<M> = 0>
+RemovableHandle register_full_backward_hook(M&& module, F hook, bool prepend = false) {
+  using T = detail::ModuleType<M>;
+  return detail::add_hook(
+      detail::hooks_for(detail::module_ref(module)), &detail::NnHooks::backward,
+      detail::adapt_hook<TensorList, T, const TensorList&, const TensorList&>(std::move(hook)),
+      prepend);
+}
+
+/// Python's `torch.nn.modules.module.register_module_forward_pre_hook`: runs for every module,
+/// before the module's own pre-hooks.
+template <class F>
+RemovableHandle register_module_forward_pre_hook(F hook) {
+  return detail::add_hook(
+      detail::global_hooks(), &detail::NnHooks::forward_pre,
+      detail::adapt_hook<detail::HookArgs, torch::nn::Module, const detail::HookArgs&>(std::move(hook)),
+      false);
+}
+
+/// Python's `register_module_forward_hook`: runs for every module, before its own forward hooks.
+template <class F>
+RemovableHandle register_module_forward_hook(F hook, ForwardHookOptions options = {}) {
+  detail::ForwardHookEntry<torch::nn::Module> entry{
+      detail::adapt_hook<c10::IValue, torch::nn::Module, const detail::HookArgs&, const c10::IValue&>(
+          std::move(hook)),
+      options.always_call()};
+  return detail::add_hook(detail::global_hooks(), &detail::NnHooks::forward, std::move(entry),
+                          options.prepend());
+}
+
+/// Python's `register_module_full_backward_pre_hook`.
+template <class F>
+RemovableHandle register_module_full_backward_pre_hook(F hook) {
+  return detail::add_hook(
+      detail::global_hooks(), &detail::NnHooks::backward_pre,
+      detail::adapt_hook<TensorList, torch::nn::Module, const TensorList&>(std::move(hook)), false);
+}
+
+/// Python's `register_module_full_backward_hook`.
+template <class F>
+RemovableHandle register_module_full_backward_hook(F hook) {
+  return detail::add_hook(
+      detail::global_hooks(), &detail::NnHooks::backward,
+      detail::adapt_hook<TensorList, torch::nn::Module, const TensorList&, const TensorList&>(
+          std::move(hook)),
+      false);
+}
+
+}  // namespace modhooks

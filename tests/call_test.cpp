@@ -1,0 +1,124 @@
+// Tests of include/modhooks/nn/call.h: the fast path, argument and result boxing, the accepted
+// module spellings.
+#include "modhooks/nn/call.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "nets.h"
+#include "test_util.h"
+
+namespace {
+
+using modhooks::ScopedHandle;
+using IValues = std::vector<c10::IValue>;
+
+struct MixedImpl : torch::nn::Module {
+  std::tuple<at::Tensor, int64_t> forward(const at::Tensor& x, double scale, int64_t count,
+                                          const std::string& tag) {
+    last_tag = tag;
+    return std::make_tuple(x * scale, count + 1);
+  }
+  std::string last_tag;
+};
+TORCH_MODULE(Mixed);
+
+TEST(Call, WithoutHooksIsForward) {
+  EXPECT_EQ(modhooks::detail::call_hooks_active.load(), 0);
+  torch::nn::Linear linear(3, 2);
+  auto x = at::randn({4, 3});
+  EXPECT_TRUE(at::equal(modhooks::call(linear, x), linear->forward(x)));
+  auto out = modhooks::call(linear, x.requires_grad_());
+  EXPECT_FALSE(out.is_view());  // no backward wiring without hooks
+}
+
+TEST(Call, AcceptsEveryModuleSpelling) {
+  torch::nn::Linear holder(3, 2);
+  std::shared_ptr<torch::nn::LinearImpl> shared = holder.ptr();
+  torch::nn::LinearImpl& ref = *holder;
+  int calls = 0;
+  ScopedHandle h(modhooks::register_forward_pre_hook(
+      shared, [&](torch::nn::Module&, const IValues&) { ++calls; }));
+  auto x = at::randn({1, 3});
+  modhooks::call(holder, x);
+  modhooks::call(shared, x);
+  modhooks::call(ref, x);
+  EXPECT_EQ(calls, 3);
+}
+
+TEST(Call, HooksSeeAndReplaceNonTensorArguments) {
+  Mixed m;
+  IValues seen;
+  ScopedHandle pre(modhooks::register_forward_pre_hook(
+      m, [&](torch::nn::Module&, const IValues& args) {
+        seen = args;
+        IValues replaced = args;
+        replaced[1] = 3.0;
+        replaced[3] = std::string("replaced");
+        return replaced;
+      }));
+  ScopedHandle post(modhooks::register_forward_hook(
+      m, [](torch::nn::Module&, const IValues& args, const c10::IValue& out) {
+        EXPECT_EQ(args[2].toInt(), 7);
+        auto elements = out.toTuple()->elements();
+        return c10::IValue(
+            c10::ivalue::Tuple::create({elements[0], c10::IValue(elements[1].toInt() * 10)}));
+      }));
+  auto x = at::ones({2});
+  auto [y, n] = modhooks::call(m, x, 2.0, int64_t{7}, std::string("tag"));
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_DOUBLE_EQ(seen[1].toDouble(), 2.0);
+  EXPECT_EQ(seen[3].toStringRef(), "tag");
+  EXPECT_TRUE(at::allclose(y, at::full({2}, 3.0)));
+  EXPECT_EQ(n, 80);
+  EXPECT_EQ(m->last_tag, "replaced");
+}
+
+TEST(Call, PreHookReturningTheWrongNumberOfArgumentsIsAClearError) {
+  torch::nn::Linear linear(2, 2);
+  ScopedHandle pre(modhooks::register_forward_pre_hook(
+      linear, [](torch::nn::Module&, const IValues& args) { return IValues{args[0], args[0]}; }));
+  EXPECT_THROWS_WITH(modhooks::call(linear, at::randn({1, 2})),
+                     "forward pre-hook returned 2 arguments, but forward takes 1");
+}
+
+TEST(Call, ForwardHookReturningTheWrongTypeIsAClearError) {
+  torch::nn::Linear linear(2, 2);
+  ScopedHandle post(modhooks::register_forward_hook(
+      linear, [](torch::nn::Module&, const IValues&, const c10::IValue&) {
+        return c10::IValue(int64_t{1});
+      }));
+  EXPECT_THROWS_WITH(modhooks::call(linear, at::randn({1, 2})), "Tensor");
+}
+
+TEST(Call, FastPathCounterFollowsRegistrationAndModuleDeath) {
+  EXPECT_EQ(modhooks::detail::call_hooks_active.load(), 0);
+  {
+    torch::nn::Linear linear(2, 2);
+    auto h = modhooks::register_forward_hook(
+        linear, [](torch::nn::Module&, const IValues&, const c10::IValue&) {});
+    EXPECT_EQ(modhooks::detail::call_hooks_active.load(), 1);
+    h.remove();
+    EXPECT_EQ(modhooks::detail::call_hooks_active.load(), 0);
+    modhooks::register_forward_hook(linear,
+                                    [](torch::nn::Module&, const IValues&, const c10::IValue&) {});
+  }
+  // The dead module's tables are dropped the next time its address is looked up or swept;
+  // registering on many modules sweeps them.
+  for (int i = 0; i < 200; ++i) {
+    torch::nn::Linear tmp(1, 1);
+    modhooks::register_forward_hook(tmp, [](torch::nn::Module&, const IValues&,
+                                            const c10::IValue&) {});
+  }
+  torch::nn::Linear last(1, 1);
+  modhooks::register_forward_hook(last,
+                                  [](torch::nn::Module&, const IValues&, const c10::IValue&) {})
+      .remove();
+  EXPECT_LT(modhooks::detail::call_hooks_active.load(), 200);
+}
+
+}  // namespace

@@ -1,0 +1,87 @@
+// Tests of include/modhooks/core/hook_list.h: order, prepend, snapshots, the activity counter.
+#include "modhooks/core/hook_list.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using List = modhooks::detail::HookList<int>;
+
+std::vector<int> values(const List& list) {
+  std::vector<int> out;
+  for (const auto& e : *list.snapshot()) out.push_back(e.hook);
+  return out;
+}
+
+TEST(HookList, InsertionOrderWithPrependFirst) {
+  // Python's test_forward_hooks registration pattern: 0, 1 (prepend), 2, 3, 4 (prepend).
+  List list;
+  list.add(0);
+  list.add(1, true);
+  list.add(2);
+  list.add(3);
+  list.add(4, true);
+  EXPECT_EQ(values(list), (std::vector<int>{4, 1, 0, 2, 3}));
+}
+
+TEST(HookList, SnapshotIsUnaffectedByLaterChanges) {
+  List list;
+  const auto id = list.add(1);
+  list.add(2);
+  auto before = list.snapshot();
+  list.remove(id);
+  list.add(3);
+  ASSERT_EQ(before->size(), 2u);
+  EXPECT_EQ((*before)[0].hook, 1);
+  EXPECT_EQ(values(list), (std::vector<int>{2, 3}));
+}
+
+TEST(HookList, RemovingAnUnknownIdChangesNothing) {
+  List list;
+  list.add(1);
+  list.remove(987654321);
+  EXPECT_EQ(list.size(), 1u);
+}
+
+TEST(HookList, CounterTracksHooksAndTheListsDeath) {
+  std::atomic<std::int64_t> counter{0};
+  {
+    List list(&counter);
+    const auto a = list.add(1);
+    list.add(2);
+    EXPECT_EQ(counter.load(), 2);
+    list.remove(a);
+    list.remove(a);
+    EXPECT_EQ(counter.load(), 1);
+  }
+  EXPECT_EQ(counter.load(), 0);
+}
+
+TEST(HookList, ConcurrentAddRemoveAndDispatch) {
+  std::atomic<std::int64_t> counter{0};
+  List list(&counter);
+  std::atomic<bool> stop{false};
+  std::atomic<long> seen{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      for (const auto& e : *list.snapshot()) seen += e.hook;
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 4; ++t) {
+    writers.emplace_back([&] {
+      for (int i = 0; i < 2000; ++i) list.remove(list.add(1, i % 2 == 0));
+    });
+  }
+  for (auto& w : writers) w.join();
+  stop = true;
+  reader.join();
+  EXPECT_EQ(list.size(), 0u);
+  EXPECT_EQ(counter.load(), 0);
+}
+
+}  // namespace
