@@ -192,8 +192,10 @@ TEST(BackwardHooks, InvalidLengthsGivePytorchsMessages) {
                        "expected 1");
   }
   {
-    ScopedHandle h(modhooks::register_full_backward_pre_hook(
-        m, [](torch::nn::Module&, const TensorList& g) { return TensorList{g[0], g[0]}; }));
+    ScopedHandle h(
+        modhooks::register_full_backward_pre_hook(m, [](torch::nn::Module&, const TensorList& g) {
+          return TensorList{g[0], g[0]};
+        }));
     EXPECT_THROWS_WITH(modhooks::call(m, x).sum().backward(), "got 2, but expected 1");
   }
   {
@@ -303,8 +305,8 @@ TORCH_MODULE(InPlace);
 TEST(FullBackwardPreHooks, InPlaceChangeOfAWrappedInputIsRejected) {
   // Scenario 36 for the pre-hook: forward modifying its (wrapped) input in place.
   InPlace m;
-  ScopedHandle h(modhooks::register_full_backward_pre_hook(
-      m, [](torch::nn::Module&, const TensorList&) {}));
+  ScopedHandle h(
+      modhooks::register_full_backward_pre_hook(m, [](torch::nn::Module&, const TensorList&) {}));
   auto x = at::randn({2}).requires_grad_().clone();
   EXPECT_THROWS_WITH(modhooks::call(m, x), "Output 0 of");
 }
@@ -386,10 +388,11 @@ TEST(FullBackwardHooks, ConcurrentRegistrationDuringBackward) {
   for (int t = 0; t < 2; ++t) {
     churn.emplace_back([&] {
       while (!stop.load()) {
-        modhooks::register_full_backward_pre_hook(
-            m, [](torch::nn::Module&, const TensorList&) {}).remove();
-        modhooks::register_module_full_backward_hook(
-            [](torch::nn::Module&, const TensorList&, const TensorList&) {}).remove();
+        modhooks::register_full_backward_pre_hook(m, [](torch::nn::Module&, const TensorList&) {
+        }).remove();
+        modhooks::register_module_full_backward_hook([](torch::nn::Module&, const TensorList&,
+                                                        const TensorList&) {
+        }).remove();
       }
     });
   }

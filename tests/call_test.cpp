@@ -53,8 +53,8 @@ TEST(Call, AcceptsEveryModuleSpelling) {
 TEST(Call, HooksSeeAndReplaceNonTensorArguments) {
   Mixed m;
   IValues seen;
-  ScopedHandle pre(modhooks::register_forward_pre_hook(
-      m, [&](torch::nn::Module&, const IValues& args) {
+  ScopedHandle pre(
+      modhooks::register_forward_pre_hook(m, [&](torch::nn::Module&, const IValues& args) {
         seen = args;
         IValues replaced = args;
         replaced[1] = 3.0;
@@ -80,8 +80,10 @@ TEST(Call, HooksSeeAndReplaceNonTensorArguments) {
 
 TEST(Call, PreHookReturningTheWrongNumberOfArgumentsIsAClearError) {
   torch::nn::Linear linear(2, 2);
-  ScopedHandle pre(modhooks::register_forward_pre_hook(
-      linear, [](torch::nn::Module&, const IValues& args) { return IValues{args[0], args[0]}; }));
+  ScopedHandle pre(
+      modhooks::register_forward_pre_hook(linear, [](torch::nn::Module&, const IValues& args) {
+        return IValues{args[0], args[0]};
+      }));
   EXPECT_THROWS_WITH(modhooks::call(linear, at::randn({1, 2})),
                      "forward pre-hook returned 2 arguments, but forward takes 1");
 }
@@ -111,13 +113,12 @@ TEST(Call, FastPathCounterFollowsRegistrationAndModuleDeath) {
   // registering on many modules sweeps them.
   for (int i = 0; i < 200; ++i) {
     torch::nn::Linear tmp(1, 1);
-    modhooks::register_forward_hook(tmp, [](torch::nn::Module&, const IValues&,
-                                            const c10::IValue&) {});
+    modhooks::register_forward_hook(tmp,
+                                    [](torch::nn::Module&, const IValues&, const c10::IValue&) {});
   }
   torch::nn::Linear last(1, 1);
-  modhooks::register_forward_hook(last,
-                                  [](torch::nn::Module&, const IValues&, const c10::IValue&) {})
-      .remove();
+  modhooks::register_forward_hook(last, [](torch::nn::Module&, const IValues&, const c10::IValue&) {
+  }).remove();
   EXPECT_LT(modhooks::detail::call_hooks_active.load(), 200);
 }
 

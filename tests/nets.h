@@ -17,10 +17,10 @@ namespace testnets {
 /// Python's `Net`: two Sequentials of two Linear(10, 10).
 struct NetImpl : torch::nn::Module {
   NetImpl()
-      : seq1(register_module("seq1", modhooks::Sequential(torch::nn::Linear(10, 10),
-                                                          torch::nn::Linear(10, 10)))),
-        seq2(register_module("seq2", modhooks::Sequential(torch::nn::Linear(10, 10),
-                                                          torch::nn::Linear(10, 10)))) {}
+      : seq1(register_module(
+            "seq1", modhooks::Sequential(torch::nn::Linear(10, 10), torch::nn::Linear(10, 10)))),
+        seq2(register_module(
+            "seq2", modhooks::Sequential(torch::nn::Linear(10, 10), torch::nn::Linear(10, 10)))) {}
   at::Tensor forward(at::Tensor x) {
     return modhooks::call(seq2, modhooks::call(seq1, std::move(x)));
   }

@@ -60,8 +60,8 @@ TEST(ForwardHooks, WriteableArgsAndOutput) {
   // Scenario 40: a pre-hook returning relu(input) and a forward hook returning -output.
   torch::nn::Sigmoid sigmoid;
   auto x = at::randn({5, 5}).requires_grad_();
-  ScopedHandle pre(modhooks::register_forward_pre_hook(
-      sigmoid, [](torch::nn::Module&, const IValues& args) {
+  ScopedHandle pre(
+      modhooks::register_forward_pre_hook(sigmoid, [](torch::nn::Module&, const IValues& args) {
         return IValues{at::relu(args[0].toTensor())};
       }));
   ScopedHandle post(modhooks::register_forward_hook(
@@ -88,8 +88,8 @@ TEST(GlobalHooks, WriteableAndRunForEveryModule) {
   modhooks::call(c, x);
   EXPECT_EQ(forwards, 3);
   {
-    ScopedHandle pre(modhooks::register_module_forward_pre_hook(
-        [](torch::nn::Module&, const IValues& args) {
+    ScopedHandle pre(
+        modhooks::register_module_forward_pre_hook([](torch::nn::Module&, const IValues& args) {
           return IValues{at::relu(args[0].toTensor())};
         }));
     ScopedHandle neg(modhooks::register_module_forward_hook(
@@ -227,8 +227,8 @@ TEST(ForwardHooks, AHookThatThrowsPropagatesAndLeavesTheRegistryIntact) {
         ++calls;
         throw std::runtime_error("hook failed");
       }));
-  ScopedHandle counter(modhooks::register_forward_pre_hook(
-      m, [&](torch::nn::Module&, const IValues&) { ++calls; }));
+  ScopedHandle counter(
+      modhooks::register_forward_pre_hook(m, [&](torch::nn::Module&, const IValues&) { ++calls; }));
   EXPECT_THROWS_WITH(modhooks::call(m, at::randn({1})), "hook failed");
   EXPECT_THROWS_WITH(modhooks::call(m, at::randn({1})), "hook failed");
   EXPECT_EQ(calls, 4);

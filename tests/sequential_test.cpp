@@ -27,7 +27,8 @@ TEST(Sequential, RunsChildrenThroughTheirHooks) {
         }));
   }
   handles.emplace_back(modhooks::register_forward_hook(
-      seq, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { fired.push_back("seq"); }));
+      seq,
+      [&](torch::nn::Module&, const IValues&, const c10::IValue&) { fired.push_back("seq"); }));
   auto x = at::randn({5, 4});
   auto y = modhooks::call(seq, x);
   EXPECT_EQ(fired, (std::vector<std::string>{"0", "1", "2", "seq"}));

@@ -38,9 +38,8 @@ struct BackwardHookFunction : torch::autograd::Function<BackwardHookFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto* hook = static_cast<BackwardHookBase*>(ctx->saved_data["hook"].toCapsule().get());
-    variable_list result = ctx->saved_data["output_side"].toBool()
-                               ? hook->output_grads_ready(grads)
-                               : hook->input_grads_ready(grads);
+    variable_list result = ctx->saved_data["output_side"].toBool() ? hook->output_grads_ready(grads)
+                                                                   : hook->input_grads_ready(grads);
     result.resize(result.size() + 2);  // none for `hook` and `output_side`
     return result;
   }
@@ -69,9 +68,9 @@ TensorList gather(const TensorList& all, const std::vector<std::size_t>& positio
 }  // namespace
 
 void fail_backward_hook_length(std::size_t got, std::size_t expected) {
-  fail(fmt::format(
-      "Backward hook returned an invalid number of grad_input, got {}, but expected {}", got,
-      expected));
+  fail(
+      fmt::format("Backward hook returned an invalid number of grad_input, got {}, but expected {}",
+                  got, expected));
 }
 
 void fail_backward_pre_hook_length(std::size_t got, std::size_t expected) {
@@ -82,8 +81,8 @@ void fail_backward_pre_hook_length(std::size_t got, std::size_t expected) {
 
 TensorList BackwardHookBase::wrap(const TensorList& tensors, bool output_side) {
   auto self = c10::intrusive_ptr<BackwardHookBase>::reclaim_copy(this);
-  return BackwardHookFunction::apply(
-      at::TensorList(tensors), c10::IValue::make_capsule(std::move(self)), output_side);
+  return BackwardHookFunction::apply(at::TensorList(tensors),
+                                     c10::IValue::make_capsule(std::move(self)), output_side);
 }
 
 TensorList BackwardHookBase::setup_input(const TensorList& tensors,

@@ -27,8 +27,8 @@ namespace detail {
 /// the one that propagates.
 template <class Snapshot>
 void run_always_called(torch::nn::Module& module, const Snapshot& hooks, const char* kind,
-                       const std::vector<std::uint64_t>& called, const std::vector<c10::IValue>& args,
-                       c10::IValue& result) {
+                       const std::vector<std::uint64_t>& called,
+                       const std::vector<c10::IValue>& args, c10::IValue& result) {
   for (const auto& entry : *hooks) {
     if (!entry.hook.always_call ||
         std::find(called.begin(), called.end(), entry.id) != called.end()) {

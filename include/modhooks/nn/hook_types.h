@@ -51,8 +51,7 @@ using ForwardPreHookFn =
 
 template <class M>
 struct ForwardHookEntry {
-  std::function<std::optional<c10::IValue>(M&, const std::vector<c10::IValue>&,
-                                           const c10::IValue&)>
+  std::function<std::optional<c10::IValue>(M&, const std::vector<c10::IValue>&, const c10::IValue&)>
       fn;
   bool always_call = false;
 };

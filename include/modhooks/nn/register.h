@@ -28,10 +28,10 @@ decltype(auto) invoke_hook(F& hook, torch::nn::Module& module, A&&... args) {
 /// the stored form. Done once at registration so dispatch pays nothing for the flexibility.
 template <class Ret, class T, class... A, class F>
 std::function<std::optional<Ret>(torch::nn::Module&, A...)> adapt_hook(F hook) {
-  static_assert(std::is_invocable_v<F&, torch::nn::Module&, A...> ||
-                    std::is_invocable_v<F&, T&, A...>,
-                "modhooks: this hook cannot be called with the arguments of its hook kind "
-                "(see the table in API.md)");
+  static_assert(
+      std::is_invocable_v<F&, torch::nn::Module&, A...> || std::is_invocable_v<F&, T&, A...>,
+      "modhooks: this hook cannot be called with the arguments of its hook kind "
+      "(see the table in API.md)");
   return [hook = std::move(hook)](torch::nn::Module& module, A... args) mutable {
     using R = decltype(invoke_hook<T>(hook, module, args...));
     if constexpr (std::is_void_v<R>) {
@@ -59,10 +59,10 @@ using HookArgs = std::vector<c10::IValue>;
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_forward_pre_hook(M&& module, F hook, ForwardHookOptions options = {}) {
   using T = detail::ModuleType<M>;
-  return detail::add_hook(detail::hooks_for(detail::module_ref(module)),
-                          &detail::NnHooks::forward_pre,
-                          detail::adapt_hook<detail::HookArgs, T, const detail::HookArgs&>(std::move(hook)),
-                          options.prepend());
+  return detail::add_hook(
+      detail::hooks_for(detail::module_ref(module)), &detail::NnHooks::forward_pre,
+      detail::adapt_hook<detail::HookArgs, T, const detail::HookArgs&>(std::move(hook)),
+      options.prepend());
 }
 
 /// Python's `Module.register_forward_hook`: `hook(module, args, output)` runs after `forward`
@@ -71,10 +71,11 @@ template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_forward_hook(M&& module, F hook, ForwardHookOptions options = {}) {
   using T = detail::ModuleType<M>;
   detail::ForwardHookEntry<torch::nn::Module> entry{
-      detail::adapt_hook<c10::IValue, T, const detail::HookArgs&, const c10::IValue&>(std::move(hook)),
+      detail::adapt_hook<c10::IValue, T, const detail::HookArgs&, const c10::IValue&>(
+          std::move(hook)),
       options.always_call()};
-  return detail::add_hook(detail::hooks_for(detail::module_ref(module)),
-                          &detail::NnHooks::forward, std::move(entry), options.prepend());
+  return detail::add_hook(detail::hooks_for(detail::module_ref(module)), &detail::NnHooks::forward,
+                          std::move(entry), options.prepend());
 }
 
 /// Python's `Module.register_full_backward_pre_hook`: `hook(module, grad_output)` runs when the
@@ -82,10 +83,9 @@ RemovableHandle register_forward_hook(M&& module, F hook, ForwardHookOptions opt
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_full_backward_pre_hook(M&& module, F hook, bool prepend = false) {
   using T = detail::ModuleType<M>;
-  return detail::add_hook(detail::hooks_for(detail::module_ref(module)),
-                          &detail::NnHooks::backward_pre,
-                          detail::adapt_hook<TensorList, T, const TensorList&>(std::move(hook)),
-                          prepend);
+  return detail::add_hook(
+      detail::hooks_for(detail::module_ref(module)), &detail::NnHooks::backward_pre,
+      detail::adapt_hook<TensorList, T, const TensorList&>(std::move(hook)), prepend);
 }
 
 /// Python's `Module.register_full_backward_hook`: `hook(module, grad_input, grad_output)` runs
@@ -106,7 +106,8 @@ template <class F>
 RemovableHandle register_module_forward_pre_hook(F hook) {
   return detail::add_hook(
       detail::global_hooks(), &detail::NnHooks::forward_pre,
-      detail::adapt_hook<detail::HookArgs, torch::nn::Module, const detail::HookArgs&>(std::move(hook)),
+      detail::adapt_hook<detail::HookArgs, torch::nn::Module, const detail::HookArgs&>(
+          std::move(hook)),
       false);
 }
 
@@ -114,8 +115,8 @@ RemovableHandle register_module_forward_pre_hook(F hook) {
 template <class F>
 RemovableHandle register_module_forward_hook(F hook, ForwardHookOptions options = {}) {
   detail::ForwardHookEntry<torch::nn::Module> entry{
-      detail::adapt_hook<c10::IValue, torch::nn::Module, const detail::HookArgs&, const c10::IValue&>(
-          std::move(hook)),
+      detail::adapt_hook<c10::IValue, torch::nn::Module, const detail::HookArgs&,
+                         const c10::IValue&>(std::move(hook)),
       options.always_call()};
   return detail::add_hook(detail::global_hooks(), &detail::NnHooks::forward, std::move(entry),
                           options.prepend());

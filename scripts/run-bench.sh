@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs the C++ benchmarks and their Python baselines in one go, on this machine.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+build="${MODHOOKS_BUILD_DIR:-$MODHOOKS_ROOT/build}"
+cmake -S "$MODHOOKS_ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$MODHOOKS_TORCH_PREFIX" -DMODHOOKS_PYTHON="$MODHOOKS_PYTHON" >/dev/null
+cmake --build "$build" -j "$MODHOOKS_JOBS" --target modhooks_benchmarks
+export OMP_NUM_THREADS=1
+for b in "$build"/bench/*_bench; do
+  "$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_min_time=0.2
+done
+"$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/python_hooks_bench.py"

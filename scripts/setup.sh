@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what modhooks builds and tests with, where missing; safe to run again.
+#   - Debian packages: compiler, CMake, fmt, GoogleTest, Google Benchmark, nlohmann-json, ccache,
+#     and Debian's libtorch 1.13 (the oldest libtorch modhooks supports; used by .ci/run)
+#   - .venv/: the pinned PyPI torch, whose libtorch is the default build target and whose Python
+#     is the oracle of the differential tests, plus safetensors and numpy
+# Source it to get MODHOOKS_TORCH_PREFIX, MODHOOKS_PYTHON and the ccache settings.
+set -euo pipefail
+MODHOOKS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MODHOOKS_TORCH_VERSION=2.15.0
+
+packages=(build-essential cmake ninja-build ccache libfmt-dev googletest libgtest-dev
+  libbenchmark-dev nlohmann-json3-dev libtorch-dev python3-venv clang-format rsync)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+venv="$MODHOOKS_ROOT/.venv"
+if ! "$venv/bin/python" -c "import torch, safetensors, numpy; assert torch.__version__.startswith('$MODHOOKS_TORCH_VERSION')" 2>/dev/null; then
+  echo "setup: installing torch==$MODHOOKS_TORCH_VERSION into .venv (a few GB, some minutes)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "torch==$MODHOOKS_TORCH_VERSION" safetensors numpy
+fi
+
+export MODHOOKS_PYTHON="$venv/bin/python"
+MODHOOKS_TORCH_PREFIX="$("$MODHOOKS_PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+export MODHOOKS_TORCH_PREFIX
+# ccache caches precompiled-header builds only with these.
+export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+export MODHOOKS_JOBS="${MODHOOKS_JOBS:-$(nproc)}"
