@@ -1,8 +1,10 @@
 // Cost of running modules through modhooks, each figure beside its baseline from the same run:
 //   - Linear(16,16): direct forward / call with no hooks / call with two forward hooks;
-//   - 8 x Linear(64,64), batch 32, forward+backward: no hooks / a full backward hook per layer.
+//   - 8 x Linear(64,64), batch 32, forward+backward: no hooks / a full backward hook per layer;
+//   - a TorchScript module: forward / call with no hooks.
 // Python's figures for the same cases come from bench/python_hooks_bench.py (run-bench.sh).
 #include <benchmark/benchmark.h>
+#include <torch/csrc/jit/api/module.h>
 #include <torch/nn/modules/linear.h>
 
 #include <vector>
@@ -66,6 +68,28 @@ void BM_MLP8_ForwardBackward_FullBackwardHookPerLayer(benchmark::State& state) {
   mlp_forward_backward(state, true);
 }
 BENCHMARK(BM_MLP8_ForwardBackward_FullBackwardHookPerLayer);
+
+/// A TorchScript module built in C++: x @ w with a 16x16 w.
+torch::jit::Module script_linear() {
+  torch::jit::Module module("ScriptLinear");
+  module.register_parameter("w", at::randn({16, 16}), false);
+  module.define("def forward(self, x):\n  return x.mm(self.w)\n");
+  return module;
+}
+
+void BM_Script_DirectForward(benchmark::State& state) {
+  auto module = script_linear();
+  std::vector<c10::IValue> inputs{at::randn({1, 16})};
+  for (auto _ : state) benchmark::DoNotOptimize(module.forward(inputs));
+}
+BENCHMARK(BM_Script_DirectForward);
+
+void BM_Script_CallNoHooks(benchmark::State& state) {
+  auto module = script_linear();
+  std::vector<c10::IValue> inputs{at::randn({1, 16})};
+  for (auto _ : state) benchmark::DoNotOptimize(modhooks::call(module, inputs));
+}
+BENCHMARK(BM_Script_CallNoHooks);
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // A small C++ training loop that uses modhooks the way Python code uses module hooks:
 //   - forward hooks on every layer collect activation statistics;
-//   - a full backward pre-hook on the output layer rewrites its gradients (clips their norm).
+//   - full backward pre-hooks on the output layer count large gradients and clip their norm
+//     with a ready-made modhooks::grad hook.
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
@@ -38,16 +39,16 @@ int main() {
         }));
   }
 
-  // A backward pre-hook rewrites the gradient that reaches the last layer: its norm is clipped
-  // to 1, so a few outliers in a batch cannot blow up the update.
+  // Backward pre-hooks on the output layer: the first counts the batches whose gradient is
+  // large, the second (a ready-made modhooks::grad hook, run on the tensor's own device) clips
+  // the gradient's norm to 1, so a few outliers in a batch cannot blow up the update.
   int clipped = 0;
   handles.emplace_back(modhooks::register_full_backward_pre_hook(
       model->ptr(4), [&clipped](torch::nn::Module&, const modhooks::TensorList& grad_output) {
-        const double norm = grad_output[0].norm().item<double>();
-        if (norm <= 1.0) return modhooks::TensorList{grad_output[0]};
-        ++clipped;
-        return modhooks::TensorList{grad_output[0] / norm};
+        if (grad_output[0].norm().item<double>() > 1.0) ++clipped;
       }));
+  handles.emplace_back(
+      modhooks::register_full_backward_pre_hook(model->ptr(4), modhooks::grad::clip_norm(1.0)));
 
   const at::Tensor x = at::randn({256, 8});
   const at::Tensor y = (x.sum(1, true) * 0.5).sin() + 0.05 * at::randn({256, 1});

@@ -3,4 +3,5 @@
 #include <ATen/core/ivalue.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/jit/api/module.h>
 #include <torch/nn/module.h>

@@ -5,7 +5,13 @@
 /// The umbrella header: everything of modhooks' public API.
 #include "modhooks/core/error.h"
 #include "modhooks/core/handle.h"
+#include "modhooks/device/grad.h"
+#include "modhooks/jit/call.h"
 #include "modhooks/nn/call.h"
 #include "modhooks/nn/register.h"
 #include "modhooks/nn/sequential.h"
+#include "modhooks/state/checkpoint.h"
+#include "modhooks/state/module_state.h"
+#include "modhooks/state/state_dict.h"
+#include "modhooks/state/state_hooks.h"
 #include "modhooks/version.h"

@@ -66,12 +66,13 @@ class BackwardHookBase : public torch::CustomClassHolder {
 template <class M>
 class BackwardHook final : public BackwardHookBase {
  public:
-  BackwardHook(M& module, std::shared_ptr<M> keep_alive, const ModuleHooks<M>& global,
+  /// `global` is null for module kinds without global hooks (TorchScript).
+  BackwardHook(M& module, std::shared_ptr<M> keep_alive, const ModuleHooks<M>* global,
                const ModuleHooks<M>* local)
       : module_(&module),
         keep_alive_(std::move(keep_alive)),
-        global_pre_(global.backward_pre.snapshot()),
-        global_full_(global.backward.snapshot()),
+        global_pre_(global ? global->backward_pre.snapshot() : nullptr),
+        global_full_(global ? global->backward.snapshot() : nullptr),
         local_pre_(local ? local->backward_pre.snapshot() : nullptr),
         local_full_(local ? local->backward.snapshot() : nullptr) {}
 
@@ -109,7 +110,7 @@ class BackwardHook final : public BackwardHookBase {
   }
 
   bool has_full_hooks() const override {
-    return !global_full_->empty() || (local_full_ && !local_full_->empty());
+    return (global_full_ && !global_full_->empty()) || (local_full_ && !local_full_->empty());
   }
 
   M* module_;
@@ -119,13 +120,6 @@ class BackwardHook final : public BackwardHookBase {
   typename HookList<BackwardPreHookFn<M>>::Snapshot local_pre_;
   typename HookList<BackwardHookFn<M>>::Snapshot local_full_;
 };
-
-/// Whether a call must build the backward wiring: any backward hook, global or the module's.
-template <class M>
-bool wants_backward_hook(const ModuleHooks<M>& global, const ModuleHooks<M>* local) {
-  return !global.backward_pre.empty() || !global.backward.empty() ||
-         (local && (!local->backward_pre.empty() || !local->backward.empty()));
-}
 
 template <class T>
 struct IsTuple : std::false_type {};

@@ -13,11 +13,12 @@
 namespace modhooks {
 namespace detail {
 
-/// Calls a user hook with the module as the type it was written for: `torch::nn::Module&`,
-/// or the concrete `T&` of the module it was registered on.
+/// Calls a user hook with the module as the type it was written for: the base type
+/// (`torch::nn::Module&` or `torch::jit::Module&`), or the concrete `T&` of the module it was
+/// registered on.
 template <class T, class F, class... A>
-decltype(auto) invoke_hook(F& hook, torch::nn::Module& module, A&&... args) {
-  if constexpr (std::is_invocable_v<F&, torch::nn::Module&, A...>) {
+decltype(auto) invoke_hook(F& hook, BaseOf<T>& module, A&&... args) {
+  if constexpr (std::is_invocable_v<F&, BaseOf<T>&, A...>) {
     return hook(module, std::forward<A>(args)...);
   } else {
     return hook(static_cast<T&>(module), std::forward<A>(args)...);
@@ -27,12 +28,11 @@ decltype(auto) invoke_hook(F& hook, torch::nn::Module& module, A&&... args) {
 /// Adapts any callable with a fitting signature, returning `void`, a value or an optional, to
 /// the stored form. Done once at registration so dispatch pays nothing for the flexibility.
 template <class Ret, class T, class... A, class F>
-std::function<std::optional<Ret>(torch::nn::Module&, A...)> adapt_hook(F hook) {
-  static_assert(
-      std::is_invocable_v<F&, torch::nn::Module&, A...> || std::is_invocable_v<F&, T&, A...>,
-      "modhooks: this hook cannot be called with the arguments of its hook kind "
-      "(see the table in API.md)");
-  return [hook = std::move(hook)](torch::nn::Module& module, A... args) mutable {
+std::function<std::optional<Ret>(BaseOf<T>&, A...)> adapt_hook(F hook) {
+  static_assert(std::is_invocable_v<F&, BaseOf<T>&, A...> || std::is_invocable_v<F&, T&, A...>,
+                "modhooks: this hook cannot be called with the arguments of its hook kind "
+                "(see the table in API.md)");
+  return [hook = std::move(hook)](BaseOf<T>& module, A... args) mutable {
     using R = decltype(invoke_hook<T>(hook, module, args...));
     if constexpr (std::is_void_v<R>) {
       invoke_hook<T>(hook, module, args...);
@@ -40,6 +40,20 @@ std::function<std::optional<Ret>(torch::nn::Module&, A...)> adapt_hook(F hook) {
     } else {
       return std::optional<Ret>(invoke_hook<T>(hook, module, args...));
     }
+  };
+}
+
+/// The same for hook kinds whose hooks edit their arguments in place and return nothing, as
+/// Python requires of state-dict hooks.
+template <class T, class... A, class F>
+std::function<void(BaseOf<T>&, A...)> adapt_void_hook(F hook) {
+  static_assert(std::is_invocable_v<F&, BaseOf<T>&, A...> || std::is_invocable_v<F&, T&, A...>,
+                "modhooks: this hook cannot be called with the arguments of its hook kind "
+                "(see the table in API.md)");
+  return [hook = std::move(hook)](BaseOf<T>& module, A... args) mutable {
+    static_assert(std::is_void_v<decltype(invoke_hook<T>(hook, module, args...))>,
+                  "modhooks: this kind of hook edits its arguments in place and must return void");
+    invoke_hook<T>(hook, module, args...);
   };
 }
 
@@ -59,8 +73,9 @@ using HookArgs = std::vector<c10::IValue>;
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_forward_pre_hook(M&& module, F hook, ForwardHookOptions options = {}) {
   using T = detail::ModuleType<M>;
+  using B = detail::BaseOf<T>;
   return detail::add_hook(
-      detail::hooks_for(detail::module_ref(module)), &detail::NnHooks::forward_pre,
+      detail::hooks_for(detail::module_ref(module)), &detail::ModuleHooks<B>::forward_pre,
       detail::adapt_hook<detail::HookArgs, T, const detail::HookArgs&>(std::move(hook)),
       options.prepend());
 }
@@ -70,12 +85,13 @@ RemovableHandle register_forward_pre_hook(M&& module, F hook, ForwardHookOptions
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_forward_hook(M&& module, F hook, ForwardHookOptions options = {}) {
   using T = detail::ModuleType<M>;
-  detail::ForwardHookEntry<torch::nn::Module> entry{
+  using B = detail::BaseOf<T>;
+  detail::ForwardHookEntry<B> entry{
       detail::adapt_hook<c10::IValue, T, const detail::HookArgs&, const c10::IValue&>(
           std::move(hook)),
       options.always_call()};
-  return detail::add_hook(detail::hooks_for(detail::module_ref(module)), &detail::NnHooks::forward,
-                          std::move(entry), options.prepend());
+  return detail::add_hook(detail::hooks_for(detail::module_ref(module)),
+                          &detail::ModuleHooks<B>::forward, std::move(entry), options.prepend());
 }
 
 /// Python's `Module.register_full_backward_pre_hook`: `hook(module, grad_output)` runs when the
@@ -83,8 +99,9 @@ RemovableHandle register_forward_hook(M&& module, F hook, ForwardHookOptions opt
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_full_backward_pre_hook(M&& module, F hook, bool prepend = false) {
   using T = detail::ModuleType<M>;
+  using B = detail::BaseOf<T>;
   return detail::add_hook(
-      detail::hooks_for(detail::module_ref(module)), &detail::NnHooks::backward_pre,
+      detail::hooks_for(detail::module_ref(module)), &detail::ModuleHooks<B>::backward_pre,
       detail::adapt_hook<TensorList, T, const TensorList&>(std::move(hook)), prepend);
 }
 
@@ -94,8 +111,9 @@ RemovableHandle register_full_backward_pre_hook(M&& module, F hook, bool prepend
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_full_backward_hook(M&& module, F hook, bool prepend = false) {
   using T = detail::ModuleType<M>;
+  using B = detail::BaseOf<T>;
   return detail::add_hook(
-      detail::hooks_for(detail::module_ref(module)), &detail::NnHooks::backward,
+      detail::hooks_for(detail::module_ref(module)), &detail::ModuleHooks<B>::backward,
       detail::adapt_hook<TensorList, T, const TensorList&, const TensorList&>(std::move(hook)),
       prepend);
 }

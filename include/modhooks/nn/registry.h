@@ -8,6 +8,8 @@
 #include <memory>
 #include <type_traits>
 
+#include "modhooks/core/module_table.h"
+#include "modhooks/jit/registry.h"
 #include "modhooks/nn/hook_types.h"
 
 namespace modhooks {
@@ -15,9 +17,21 @@ namespace detail {
 
 using NnHooks = ModuleHooks<torch::nn::Module>;
 
-/// The hook tables of `module`, or null when it has none. A module is identified by its address
-/// and, when a shared_ptr owns it (as every ModuleHolder does), by that ownership, so tables
+/// The entry of `module` in `table`, created on first use. A module is identified by its address
+/// and, when a shared_ptr owns it (as every ModuleHolder does), by that ownership, so entries
 /// never pass to a new module built where a dead one was.
+template <class Hooks>
+std::shared_ptr<Hooks> entry_for(ModuleTable<Hooks>& table, torch::nn::Module& module) {
+  std::weak_ptr<torch::nn::Module> owner = module.weak_from_this();
+  if (owner.expired()) {
+    // Not owned by a shared_ptr (a module on the stack): nothing can tell its death, so its
+    // entry lives as long as the process unless its handles remove the hooks.
+    return table.get_or_create(&module, [] { return true; });
+  }
+  return table.get_or_create(&module, [owner] { return !owner.expired(); });
+}
+
+/// The hook tables of `module`, or null when it has none.
 std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module);
 
 /// The hook tables of `module`, created on first use.
@@ -44,9 +58,26 @@ T& module_ref(const torch::nn::ModuleHolder<T>& module) noexcept {
 template <class M>
 using ModuleType = std::remove_reference_t<decltype(module_ref(std::declval<M&>()))>;
 
+/// The type hooks receive for a module of type `T`: `torch::nn::Module` for every nn module,
+/// `torch::jit::Module` for TorchScript ones.
+template <class T>
+struct BaseOfT {
+  using type = std::conditional_t<std::is_base_of_v<torch::nn::Module, T>, torch::nn::Module, T>;
+};
+template <>
+struct BaseOfT<torch::jit::Module> {
+  using type = torch::jit::Module;
+};
+template <class T>
+using BaseOf = typename BaseOfT<T>::type;
+
+/// Enables an overload for every module spelling, nn or TorchScript.
+template <class M>
+using IfModule = std::enable_if_t<sizeof(ModuleType<M>*) != 0, int>;
+
 /// Enables an overload for the nn module spellings only.
 template <class M>
-using IfModule = std::enable_if_t<std::is_base_of_v<torch::nn::Module, ModuleType<M>>, int>;
+using IfNnModule = std::enable_if_t<std::is_same_v<BaseOf<ModuleType<M>>, torch::nn::Module>, int>;
 
 }  // namespace detail
 }  // namespace modhooks

@@ -1,0 +1,159 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+/// Ready-made backward hooks that rewrite gradients on each tensor's own device. Each factory
+/// returns a small copyable callable that works both as a full backward pre-hook
+/// `(module, grad_output) -> new grad_output` and as a full backward hook
+/// `(module, grad_input, grad_output) -> new grad_input`, for any module type:
+///
+///   modhooks::register_full_backward_hook(net, modhooks::grad::clip_norm(1.0));
+///
+/// Undefined tensors (Python's None) pass through. The hooks never write into the tensors they
+/// are given: autograd may still use those buffers, and PyTorch's hook contract is to return
+/// replacements. So each rewrite produces new tensors (one out-of-place ATen op on CPU/CUDA; a
+/// fresh buffer from the tensor's own allocator written by ACL on an NPU).
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Type.h>
+#include <torch/nn/module.h>
+
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+namespace modhooks::grad {
+namespace detail {
+
+using TensorList = std::vector<at::Tensor>;
+
+TensorList zeros(const TensorList& grads);
+TensorList scaled(const TensorList& grads, double factor);
+/// The 2-norm of all defined tensors of `grads` taken together, on their own devices.
+double total_norm(const TensorList& grads);
+/// `grads` scaled by max_norm / (norm + 1e-6) when their total norm exceeds max_norm.
+std::optional<TensorList> clipped(const TensorList& grads, double max_norm);
+/// Position of the first defined tensor of `grads` holding NaN or Inf.
+std::optional<std::size_t> first_non_finite(const TensorList& grads);
+[[noreturn]] void fail_non_finite(const char* list_name, std::size_t index,
+                                  const std::string& module);
+
+template <class M, class = void>
+struct HasScriptType : std::false_type {};
+template <class M>
+struct HasScriptType<M, std::void_t<decltype(std::declval<const M&>().type()->name())>>
+    : std::true_type {};
+
+/// What an error calls the module: its name() for nn modules (e.g. "torch::nn::LinearImpl"),
+/// the class's qualified name for TorchScript modules, the C++ type name otherwise.
+template <class Module>
+std::string module_name(const Module& m) {
+  if constexpr (std::is_base_of_v<torch::nn::Module, Module>) {
+    return m.name();
+  } else if constexpr (HasScriptType<Module>::value) {
+    auto name = m.type()->name();
+    return name ? name->qualifiedName() : std::string("ScriptModule");
+  } else {
+    return c10::demangle(typeid(Module).name());
+  }
+}
+
+/// The module is named only on failure: building its name costs more than the check on CPU.
+template <class Module>
+void check_finite(const Module& m, const TensorList& grads, const char* list_name) {
+  if (auto index = first_non_finite(grads)) fail_non_finite(list_name, *index, module_name(m));
+}
+
+}  // namespace detail
+
+/// Replaces every gradient by zeros.
+class Zero {
+ public:
+  template <class Module>
+  std::optional<std::vector<at::Tensor>> operator()(
+      Module&, const std::vector<at::Tensor>& grad_output) const {
+    return detail::zeros(grad_output);
+  }
+  template <class Module>
+  std::optional<std::vector<at::Tensor>> operator()(Module&,
+                                                    const std::vector<at::Tensor>& grad_input,
+                                                    const std::vector<at::Tensor>&) const {
+    return detail::zeros(grad_input);
+  }
+};
+
+/// Multiplies every gradient by a constant.
+class Scale {
+ public:
+  explicit Scale(double factor) : factor_(factor) {}
+  double factor() const { return factor_; }
+
+  template <class Module>
+  std::optional<std::vector<at::Tensor>> operator()(
+      Module&, const std::vector<at::Tensor>& grad_output) const {
+    return detail::scaled(grad_output, factor_);
+  }
+  template <class Module>
+  std::optional<std::vector<at::Tensor>> operator()(Module&,
+                                                    const std::vector<at::Tensor>& grad_input,
+                                                    const std::vector<at::Tensor>&) const {
+    return detail::scaled(grad_input, factor_);
+  }
+
+ private:
+  double factor_;
+};
+
+/// torch.nn.utils.clip_grad_norm_ applied to the hook's gradients: when their total 2-norm
+/// exceeds max_norm they are scaled by max_norm / (norm + 1e-6); otherwise they are kept
+/// (std::nullopt), as is a NaN norm.
+class ClipNorm {
+ public:
+  explicit ClipNorm(double max_norm) : max_norm_(max_norm) {}
+  double max_norm() const { return max_norm_; }
+
+  template <class Module>
+  std::optional<std::vector<at::Tensor>> operator()(
+      Module&, const std::vector<at::Tensor>& grad_output) const {
+    return detail::clipped(grad_output, max_norm_);
+  }
+  template <class Module>
+  std::optional<std::vector<at::Tensor>> operator()(Module&,
+                                                    const std::vector<at::Tensor>& grad_input,
+                                                    const std::vector<at::Tensor>&) const {
+    return detail::clipped(grad_input, max_norm_);
+  }
+
+ private:
+  double max_norm_;
+};
+
+/// Throws modhooks::Error naming the module and the gradient ("grad_output[1]") that holds NaN
+/// or Inf; rewrites nothing. The full-hook form checks grad_output, then grad_input.
+class CheckFinite {
+ public:
+  template <class Module>
+  std::optional<std::vector<at::Tensor>> operator()(
+      Module& m, const std::vector<at::Tensor>& grad_output) const {
+    detail::check_finite(m, grad_output, "grad_output");
+    return std::nullopt;
+  }
+  template <class Module>
+  std::optional<std::vector<at::Tensor>> operator()(
+      Module& m, const std::vector<at::Tensor>& grad_input,
+      const std::vector<at::Tensor>& grad_output) const {
+    detail::check_finite(m, grad_output, "grad_output");
+    detail::check_finite(m, grad_input, "grad_input");
+    return std::nullopt;
+  }
+};
+
+inline Zero zero() { return Zero(); }
+inline Scale scale(double factor) { return Scale(factor); }
+inline ClipNorm clip_norm(double max_norm) { return ClipNorm(max_norm); }
+inline CheckFinite check_finite() { return CheckFinite(); }
+
+}  // namespace modhooks::grad

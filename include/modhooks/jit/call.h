@@ -1,0 +1,40 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <c10/macros/Macros.h>
+#include <torch/csrc/jit/api/module.h>
+
+#include <atomic>
+#include <vector>
+
+#include "modhooks/core/hook_list.h"
+#include "modhooks/jit/registry.h"
+
+namespace modhooks {
+namespace detail {
+c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue> inputs);
+}  // namespace detail
+
+/// Runs a TorchScript module (`torch::jit::load`ed, or built in C++) through its hooks: forward
+/// pre-hooks, `forward`, forward hooks, and full backward (pre-)hooks wired around its tensor
+/// inputs and outputs, with the same semantics as for nn modules; returns what `forward` returns.
+/// Hooks fire at this call boundary; submodule calls inside the scripted `forward` run in the
+/// TorchScript interpreter and are not intercepted. Global (`register_module_*`) hooks take a
+/// `torch::nn::Module&` and do not apply to TorchScript modules.
+///
+/// **Example**:
+/// \code
+///   torch::jit::Module model = torch::jit::load("model.pt");
+///   auto h = modhooks::register_full_backward_hook(model, modhooks::grad::clip_norm(1.0));
+///   c10::IValue out = modhooks::call(model, {x});
+/// \endcode
+inline c10::IValue call(const torch::jit::Module& module, std::vector<c10::IValue> inputs) {
+  auto& m = const_cast<torch::jit::Module&>(module);  // a handle to the module's object
+  if (C10_LIKELY(detail::call_hooks_active.load(std::memory_order_relaxed) == 0)) {
+    return m.forward(std::move(inputs));
+  }
+  return detail::call_with_hooks(m, std::move(inputs));
+}
+
+}  // namespace modhooks

@@ -1,0 +1,32 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <memory>
+
+#include "modhooks/nn/hook_types.h"
+
+namespace torch {
+namespace jit {
+struct Module;
+}  // namespace jit
+}  // namespace torch
+
+namespace modhooks {
+namespace detail {
+
+/// Where TorchScript modules' hooks live. `torch::jit::Module` is a value handle: every copy,
+/// every `named_children()` entry, names the same object, so the object is the identity, and
+/// its tables are dropped once the object dies. Declared here, beside the nn spellings, so one
+/// set of registration functions serves both module kinds.
+using JitHooks = ModuleHooks<torch::jit::Module>;
+
+inline torch::jit::Module& module_ref(const torch::jit::Module& module) noexcept {
+  return const_cast<torch::jit::Module&>(module);  // a handle: hooks attach to its object
+}
+
+std::shared_ptr<JitHooks> find_hooks(const torch::jit::Module& module);
+std::shared_ptr<JitHooks> hooks_for(torch::jit::Module& module);
+
+}  // namespace detail
+}  // namespace modhooks

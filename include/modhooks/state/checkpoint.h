@@ -1,0 +1,24 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <string>
+
+#include "modhooks/state/state_dict.h"
+
+namespace modhooks {
+
+/// Writes `state_dict` to `path`: safetensors when the path ends in ".safetensors", otherwise
+/// the zip format of `torch.save`, which Python's `torch.load(path, weights_only=True)` reads
+/// back bit-exact as an OrderedDict (with `_metadata` when the state dict has any). Tensors are
+/// written contiguous, from CPU copies; views do not keep their storage sharing.
+void save(const StateDict& state_dict, const std::string& path);
+
+/// Reads a state dict that Python's `torch.save(model.state_dict(), path)` (or `safetensors`'
+/// `save_file`, for ".safetensors" paths) wrote. Tensors land on the CPU whatever device they
+/// were saved from; views keep sharing their storage. Only the objects a state dict is made of
+/// are accepted (allow-listed pickle globals); anything else, and any corrupt or truncated file,
+/// raises modhooks::Error naming the path and what was wrong.
+StateDict load(const std::string& path);
+
+}  // namespace modhooks

@@ -1,0 +1,27 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "modhooks/state/state_dict.h"
+
+namespace modhooks {
+namespace detail {
+
+enum class CheckpointFormat { kTorchSave, kSafetensors };
+
+/// The format `save` and `load` pick for `path`: safetensors for the ".safetensors" extension.
+CheckpointFormat format_for_path(const std::string& path);
+
+/// `load` on an in-memory file: the entry point fuzzers and corruption tests drive. Every size
+/// and count is checked against the bytes present before anything is allocated, so hostile input
+/// ends in modhooks::Error, never in a crash or an allocation beyond the input's size.
+StateDict load_from_bytes(std::string_view bytes, CheckpointFormat format);
+
+/// `save` into memory: the file's bytes.
+std::string save_to_bytes(const StateDict& state_dict, CheckpointFormat format);
+
+}  // namespace detail
+}  // namespace modhooks

@@ -1,0 +1,352 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "modhooks/core/error.h"
+#include "modhooks/state/state_dict.h"
+#include "modhooks/state/state_hooks.h"
+
+namespace modhooks {
+namespace detail {
+
+/// The traversal behind `state_dict` and `load_state_dict`, written once for every module kind.
+/// An `Adapter` tells how to walk its kind:
+///   using Module = ...;                                  // what hooks receive
+///   static std::vector<std::pair<std::string, std::shared_ptr<Module>>> children(Module&);
+///   static std::vector<OwnTensor> own_tensors(Module&);  // parameters, then persistent buffers
+///   static std::shared_ptr<StateHooks<Module>> hooks(Module&);   // null when none
+///   static std::string class_name(Module&);             // Python's type(self).__name__
+
+/// One tensor a module contributes to its state dict.
+struct OwnTensor {
+  std::string name;
+  at::Tensor tensor;
+};
+
+inline std::string without_dot(const std::string& prefix) {
+  return prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1);
+}
+
+/// `torch.Size([2, 3])`, as Python prints shapes in load errors.
+inline std::string torch_size(at::IntArrayRef sizes) {
+  return fmt::format("torch.Size([{}])", fmt::join(sizes.begin(), sizes.end(), ", "));
+}
+
+inline std::string quoted_list(const std::vector<std::string>& keys) {
+  std::string out;
+  for (std::size_t i = 0; i < keys.size(); ++i) out += (i ? ", \"" : "\"") + keys[i] + "\"";
+  return out;
+}
+
+template <class Adapter>
+void collect_state_dict(typename Adapter::Module& module, const std::string& prefix, bool keep_vars,
+                        StateDict& out) {
+  const auto hooks = Adapter::hooks(module);
+  Metadata local_metadata{{"version", 1}};
+  out.metadata().insert_or_assign(without_dot(prefix), local_metadata);
+  if (hooks) {
+    for (const auto& entry : *hooks->state_dict_pre.snapshot())
+      entry.hook(module, prefix, keep_vars);
+  }
+  for (auto& own : Adapter::own_tensors(module)) {
+    out.insert_or_assign(prefix + own.name, keep_vars ? own.tensor : own.tensor.detach());
+  }
+  for (auto& [name, child] : Adapter::children(module)) {
+    collect_state_dict<Adapter>(*child, prefix + name + ".", keep_vars, out);
+  }
+  if (hooks) {
+    for (const auto& entry : *hooks->state_dict_post.snapshot()) {
+      entry.hook(module, out, prefix, local_metadata);
+    }
+  }
+}
+
+/// Python's `Module.state_dict(prefix=, keep_vars=)`: depth-first, own parameters then
+/// persistent buffers then children; pre-hooks in pre-order, post-hooks in post-order, each
+/// with its module's prefix; tensors detached unless `keep_vars`.
+template <class Adapter>
+StateDict state_dict(typename Adapter::Module& module, const std::string& prefix, bool keep_vars) {
+  StateDict out;
+  collect_state_dict<Adapter>(module, prefix, keep_vars, out);
+  return out;
+}
+
+/// Python's `load_state_dict`, checked before anything changes. Per module, in pre-order:
+/// pre-hooks (on the sub-dict of the module's keys, whose edits reach its subtree only); then
+/// every key is matched in one pass (one hash lookup per module tensor, one prefix walk per
+/// unmatched key, so the whole load is linear in the number of keys); then, only if nothing is
+/// wrong, every tensor is copied; then post-hooks in post-order, seeing the lists Python's would
+/// at that point. If the strict check on the lists the post-hooks left then fails, the copies
+/// are undone: a failed load leaves every parameter and buffer as it was.
+template <class Adapter>
+class Loader {
+  using Module = typename Adapter::Module;
+
+  struct Node {
+    std::shared_ptr<Module> module;
+    std::string prefix;
+    std::size_t subtree_end;
+    std::shared_ptr<StateHooks<Module>> hooks;
+    std::vector<std::string> missing, unexpected;
+  };
+  struct Copy {
+    at::Tensor target, source;
+    std::string key;
+  };
+
+ public:
+  Loader(Module& root, const StateDict& input, bool strict, bool assign)
+      : input_(input), strict_(strict), assign_(assign), root_name_(Adapter::class_name(root)) {
+    add_subtree(std::shared_ptr<Module>(std::shared_ptr<Module>(), &root), "");  // not owned
+  }
+
+  IncompatibleKeys run() {
+    run_pre_hooks();
+    const StateDict& dict = working_ ? *working_ : input_;
+    std::vector<Copy> copies = match(dict);
+    find_unexpected(dict);
+
+    bool has_post = false;
+    for (const auto& node : nodes_)
+      has_post = has_post || (node.hooks && !node.hooks->load_post.empty());
+    if (!errors_.empty()) raise({}, {});
+    if (!has_post) {
+      IncompatibleKeys keys = gather_all();
+      if (strict_ && (!keys.missing_keys.empty() || !keys.unexpected_keys.empty())) {
+        raise(keys.missing_keys, keys.unexpected_keys);
+      }
+      commit(copies, /*keep_undo=*/false);
+      return keys;
+    }
+    auto undo = commit(copies, /*keep_undo=*/strict_);
+    IncompatibleKeys keys = run_post_hooks();
+    if (strict_ && (!keys.missing_keys.empty() || !keys.unexpected_keys.empty())) {
+      rollback(undo);
+      raise(keys.missing_keys, keys.unexpected_keys);
+    }
+    return keys;
+  }
+
+ private:
+  void add_subtree(std::shared_ptr<Module> module, const std::string& prefix) {
+    const std::size_t index = nodes_.size();
+    auto hooks = Adapter::hooks(*module);
+    auto children = Adapter::children(*module);
+    nodes_.push_back(Node{std::move(module), prefix, 0, std::move(hooks), {}, {}});
+    prefixes_.emplace(prefix, index);
+    for (auto& [name, child] : children) add_subtree(std::move(child), prefix + name + ".");
+    nodes_[index].subtree_end = nodes_.size();
+  }
+
+  static Metadata metadata_of(const StateDict& dict, const std::string& prefix) {
+    auto found = dict.metadata().find(without_dot(prefix));
+    return found == dict.metadata().end() ? Metadata{} : found->second;
+  }
+
+  void run_pre_hooks() {
+    for (auto& node : nodes_) {
+      if (!node.hooks || node.hooks->load_pre.empty()) continue;
+      if (!working_) working_ = std::make_unique<StateDict>(input_);  // the caller's stays as is
+      const Metadata local_metadata = metadata_of(*working_, node.prefix);
+      if (node.prefix.empty()) {
+        for (const auto& entry : *node.hooks->load_pre.snapshot()) {
+          entry.hook(*node.module, *working_, node.prefix, local_metadata, true, node.missing,
+                     node.unexpected, errors_);
+        }
+        continue;
+      }
+      // A child's hooks see only its keys; what they leave under its prefix replaces them.
+      StateDict sub;
+      std::vector<std::string> owned;
+      for (const auto& [key, tensor] : *working_) {
+        if (key.compare(0, node.prefix.size(), node.prefix) == 0) {
+          sub.insert_or_assign(key, tensor);
+          owned.push_back(key);
+        }
+      }
+      for (const auto& entry : *node.hooks->load_pre.snapshot()) {
+        entry.hook(*node.module, sub, node.prefix, local_metadata, true, node.missing,
+                   node.unexpected, errors_);
+      }
+      for (const auto& key : owned) working_->erase(key);
+      for (const auto& [key, tensor] : sub) {
+        if (key.compare(0, node.prefix.size(), node.prefix) == 0) {
+          working_->insert_or_assign(key, tensor);
+        }
+      }
+    }
+  }
+
+  std::vector<Copy> match(const StateDict& dict) {
+    std::vector<Copy> copies;
+    for (auto& node : nodes_) {
+      for (auto& own : Adapter::own_tensors(*node.module)) {
+        std::string key = node.prefix + own.name;
+        auto found = dict.find(key);
+        if (found == dict.end()) {
+          node.missing.push_back(std::move(key));
+          continue;
+        }
+        matched_.insert(key);
+        at::Tensor source = found->second;
+        if (!source.defined()) {
+          errors_.push_back(fmt::format(
+              "While copying the parameter named \"{}\", expected torch.Tensor or Tensor-like "
+              "object from checkpoint but received NoneType",
+              key));
+          continue;
+        }
+        // Python's backward compatibility: a 0-dim parameter loads from a 1-dim entry.
+        if (own.tensor.dim() == 0 && source.dim() == 1) source = source[0];
+        if (source.sizes() != own.tensor.sizes()) {
+          errors_.push_back(fmt::format(
+              "size mismatch for {}: copying a param with shape {} from checkpoint, the shape in "
+              "current model is {}.",
+              key, torch_size(source.sizes()), torch_size(own.tensor.sizes())));
+          continue;
+        }
+        copies.push_back(Copy{own.tensor, std::move(source), std::move(key)});
+      }
+    }
+    return copies;
+  }
+
+  /// Python's rule: a key is left to the deepest module whose prefix it starts with; there it is
+  /// unexpected unless it names one of that module's tensors.
+  void find_unexpected(const StateDict& dict) {
+    for (const auto& [key, tensor] : dict) {
+      if (matched_.count(key)) continue;
+      std::size_t owner = 0;
+      for (std::size_t dot = key.rfind('.'); dot != std::string::npos;
+           dot = dot == 0 ? std::string::npos : key.rfind('.', dot - 1)) {
+        auto found = prefixes_.find(key.substr(0, dot + 1));
+        if (found != prefixes_.end()) {
+          owner = found->second;
+          break;
+        }
+      }
+      nodes_[owner].unexpected.push_back(key);
+    }
+  }
+
+  void append(IncompatibleKeys& keys, const Node& node) {
+    keys.missing_keys.insert(keys.missing_keys.end(), node.missing.begin(), node.missing.end());
+    keys.unexpected_keys.insert(keys.unexpected_keys.end(), node.unexpected.begin(),
+                                node.unexpected.end());
+  }
+
+  IncompatibleKeys gather_all() {
+    IncompatibleKeys keys;
+    for (const auto& node : nodes_) append(keys, node);
+    return keys;
+  }
+
+  /// Post-order; before a module's hooks run, the lists hold what Python's traversal would have
+  /// found by then: every module up to the end of this one's subtree, in pre-order.
+  IncompatibleKeys run_post_hooks() {
+    IncompatibleKeys keys;
+    std::size_t flushed = 0;
+    post_order(0, keys, flushed);
+    return keys;
+  }
+
+  void post_order(std::size_t index, IncompatibleKeys& keys, std::size_t& flushed) {
+    for (std::size_t child = index + 1; child < nodes_[index].subtree_end;
+         child = nodes_[child].subtree_end) {
+      post_order(child, keys, flushed);
+    }
+    for (; flushed < nodes_[index].subtree_end; ++flushed) append(keys, nodes_[flushed]);
+    const Node& node = nodes_[index];
+    if (!node.hooks) return;
+    for (const auto& entry : *node.hooks->load_post.snapshot()) entry.hook(*node.module, keys);
+  }
+
+  /// Copies (or, with `assign`, swaps in) every matched tensor. Returns what undoes it when
+  /// `keep_undo`; a copy that fails undoes the ones before it and raises Python's message.
+  std::vector<Copy> commit(const std::vector<Copy>& copies, bool keep_undo) {
+    at::NoGradGuard no_grad;
+    std::vector<Copy> undo;
+    bool cross_device = false;
+    for (const auto& c : copies)
+      cross_device = cross_device || c.source.device() != c.target.device();
+    keep_undo = keep_undo || (cross_device && !assign_);
+    for (const auto& c : copies) {
+      try {
+        if (assign_) {
+          undo.push_back(Copy{c.target, c.target.variable_data(), c.key});
+          c.target.set_data(c.source);
+        } else {
+          if (keep_undo) undo.push_back(Copy{c.target, c.target.clone(), c.key});
+          c.target.copy_(c.source);
+        }
+      } catch (const std::exception& e) {
+        rollback(undo);
+        errors_.push_back(fmt::format(
+            "While copying the parameter named \"{}\", whose dimensions in the model are {} and "
+            "whose dimensions in the checkpoint are {}, an exception occurred : ({}).",
+            c.key, torch_size(c.target.sizes()), torch_size(c.source.sizes()), e.what()));
+        raise({}, {});
+      }
+    }
+    if (!keep_undo && !assign_) undo.clear();
+    return undo;
+  }
+
+  void rollback(const std::vector<Copy>& undo) {
+    at::NoGradGuard no_grad;
+    for (auto it = undo.rbegin(); it != undo.rend(); ++it) {
+      if (assign_) {
+        it->target.set_data(it->source);
+      } else {
+        it->target.copy_(it->source);
+      }
+    }
+  }
+
+  [[noreturn]] void raise(const std::vector<std::string>& missing,
+                          const std::vector<std::string>& unexpected) {
+    std::vector<std::string> messages;
+    if (!missing.empty()) {
+      messages.push_back("Missing key(s) in state_dict: " + quoted_list(missing) + ". ");
+    }
+    if (!unexpected.empty()) {
+      messages.push_back("Unexpected key(s) in state_dict: " + quoted_list(unexpected) + ". ");
+    }
+    messages.insert(messages.end(), errors_.begin(), errors_.end());
+    fail(fmt::format("Error(s) in loading state_dict for {}:\n\t{}", root_name_,
+                     fmt::join(messages, "\n\t")));
+  }
+
+  const StateDict& input_;
+  const bool strict_;
+  const bool assign_;
+  const std::string root_name_;
+  std::unique_ptr<StateDict> working_;
+  std::vector<Node> nodes_;
+  std::unordered_map<std::string, std::size_t> prefixes_;
+  std::unordered_set<std::string> matched_;
+  std::vector<std::string> errors_;
+};
+
+template <class Adapter>
+IncompatibleKeys load_state_dict(typename Adapter::Module& module, const StateDict& state_dict,
+                                 bool strict, bool assign) {
+  return Loader<Adapter>(module, state_dict, strict, assign).run();
+}
+
+}  // namespace detail
+}  // namespace modhooks

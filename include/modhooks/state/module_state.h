@@ -1,0 +1,50 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <string>
+
+#include "modhooks/nn/registry.h"
+#include "modhooks/state/state_dict.h"
+#include "modhooks/state/state_hooks.h"
+
+namespace modhooks {
+
+/// Python's `Module.state_dict(prefix=, keep_vars=)`: parameters, then persistent buffers, then
+/// children, depth-first, with Python's key names and `_metadata`; tensors are detached unless
+/// `keep_vars`. State-dict pre-hooks and post-hooks fire on every submodule with its prefix.
+StateDict state_dict(torch::nn::Module& module, const std::string& prefix = "",
+                     bool keep_vars = false);
+
+/// Python's `Module.load_state_dict(state_dict, strict=, assign=)`, with its hooks, checks and
+/// error texts ("Error(s) in loading state_dict for Net: ..."). Beyond Python it is
+/// all-or-nothing: when it raises, no parameter or buffer has changed. It is linear in the number
+/// of keys. Values are copied with `copy_` (dtype and device converted, identity and storage
+/// kept); `assign` swaps the checkpoint's tensors in instead, keeping each tensor object (so
+/// optimizers holding it see the new values) and its `requires_grad`.
+IncompatibleKeys load_state_dict(torch::nn::Module& module, const StateDict& state_dict,
+                                 bool strict = true, bool assign = false);
+
+/// The same for a TorchScript module tree (`torch::jit::load`ed or built in C++): parameters,
+/// buffers and submodules with the same traversal, hooks, error texts and all-or-nothing load.
+StateDict state_dict(const torch::jit::Module& module, const std::string& prefix = "",
+                     bool keep_vars = false);
+IncompatibleKeys load_state_dict(const torch::jit::Module& module, const StateDict& state_dict,
+                                 bool strict = true, bool assign = false);
+
+/// The same for every other spelling of an nn module (`shared_ptr<T>`, `ModuleHolder<T>`).
+template <class M, detail::IfNnModule<M> = 0>
+StateDict state_dict(M&& module, const std::string& prefix = "", bool keep_vars = false) {
+  return state_dict(static_cast<torch::nn::Module&>(detail::module_ref(module)), prefix, keep_vars);
+}
+
+template <class M, detail::IfNnModule<M> = 0>
+IncompatibleKeys load_state_dict(M&& module, const StateDict& state_dict, bool strict = true,
+                                 bool assign = false) {
+  return load_state_dict(static_cast<torch::nn::Module&>(detail::module_ref(module)), state_dict,
+                         strict, assign);
+}
+
+}  // namespace modhooks

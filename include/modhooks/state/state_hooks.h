@@ -1,0 +1,130 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "modhooks/core/hook_list.h"
+#include "modhooks/core/module_table.h"
+#include "modhooks/nn/register.h"
+#include "modhooks/state/state_dict.h"
+
+namespace modhooks {
+
+/// What `load_state_dict` returns (Python's `_IncompatibleKeys`); post-hooks edit it in place.
+struct IncompatibleKeys {
+  std::vector<std::string> missing_keys;
+  std::vector<std::string> unexpected_keys;
+};
+
+namespace detail {
+
+template <class M>
+using StateDictPreHookFn = std::function<void(M&, const std::string&, bool)>;
+template <class M>
+using StateDictPostHookFn =
+    std::function<void(M&, StateDict&, const std::string&, const Metadata&)>;
+template <class M>
+using LoadStateDictPreHookFn = std::function<void(
+    M&, StateDict&, const std::string&, const Metadata&, bool, std::vector<std::string>&,
+    std::vector<std::string>&, std::vector<std::string>&)>;
+template <class M>
+using LoadStateDictPostHookFn = std::function<void(M&, IncompatibleKeys&)>;
+
+/// What the state layer keeps per module: its four hook tables and the names of its
+/// non-persistent buffers. Kept apart from the call-path tables, which never pay for it.
+template <class M>
+struct StateHooks {
+  HookList<StateDictPreHookFn<M>> state_dict_pre;
+  HookList<StateDictPostHookFn<M>> state_dict_post;
+  HookList<LoadStateDictPreHookFn<M>> load_pre;
+  HookList<LoadStateDictPostHookFn<M>> load_post;
+  std::mutex mutex;
+  std::set<std::string> non_persistent_buffers;
+};
+
+using NnStateHooks = StateHooks<torch::nn::Module>;
+using JitStateHooks = StateHooks<torch::jit::Module>;
+
+/// The state tables of `module`, or null / created on first use.
+std::shared_ptr<NnStateHooks> find_state_hooks(const torch::nn::Module& module);
+std::shared_ptr<NnStateHooks> state_hooks_for(torch::nn::Module& module);
+std::shared_ptr<JitStateHooks> find_state_hooks(const torch::jit::Module& module);
+std::shared_ptr<JitStateHooks> state_hooks_for(torch::jit::Module& module);
+
+}  // namespace detail
+
+/// Python's `Module.register_state_dict_pre_hook`: `hook(module, prefix, keep_vars)` runs
+/// before `state_dict` collects the module's tensors.
+template <class M, class F, detail::IfModule<M> = 0>
+RemovableHandle register_state_dict_pre_hook(M&& module, F hook) {
+  using T = detail::ModuleType<M>;
+  using B = detail::BaseOf<T>;
+  return detail::add_hook(
+      detail::state_hooks_for(detail::module_ref(module)), &detail::StateHooks<B>::state_dict_pre,
+      detail::adapt_void_hook<T, const std::string&, bool>(std::move(hook)), false);
+}
+
+/// Python's `Module.register_state_dict_post_hook`: `hook(module, state_dict, prefix,
+/// local_metadata)` runs after the module's subtree was collected and may edit the dict.
+template <class M, class F, detail::IfModule<M> = 0>
+RemovableHandle register_state_dict_post_hook(M&& module, F hook) {
+  using T = detail::ModuleType<M>;
+  using B = detail::BaseOf<T>;
+  return detail::add_hook(
+      detail::state_hooks_for(detail::module_ref(module)), &detail::StateHooks<B>::state_dict_post,
+      detail::adapt_void_hook<T, StateDict&, const std::string&, const Metadata&>(std::move(hook)),
+      false);
+}
+
+/// Python's `Module.register_load_state_dict_pre_hook`: `hook(module, state_dict, prefix,
+/// local_metadata, strict, missing_keys, unexpected_keys, error_msgs)` runs before the module's
+/// keys are checked and may rename, add or drop keys of its subtree. `strict` is always true,
+/// as in Python.
+template <class M, class F, detail::IfModule<M> = 0>
+RemovableHandle register_load_state_dict_pre_hook(M&& module, F hook) {
+  using T = detail::ModuleType<M>;
+  using B = detail::BaseOf<T>;
+  return detail::add_hook(
+      detail::state_hooks_for(detail::module_ref(module)), &detail::StateHooks<B>::load_pre,
+      detail::adapt_void_hook<T, StateDict&, const std::string&, const Metadata&, bool,
+                              std::vector<std::string>&, std::vector<std::string>&,
+                              std::vector<std::string>&>(std::move(hook)),
+      false);
+}
+
+/// Python's `Module.register_load_state_dict_post_hook`: `hook(module, incompatible_keys)` runs
+/// after the load and may edit the keys in place; strict errors come from the edited lists.
+template <class M, class F, detail::IfModule<M> = 0>
+RemovableHandle register_load_state_dict_post_hook(M&& module, F hook) {
+  using T = detail::ModuleType<M>;
+  using B = detail::BaseOf<T>;
+  return detail::add_hook(detail::state_hooks_for(detail::module_ref(module)),
+                          &detail::StateHooks<B>::load_post,
+                          detail::adapt_void_hook<T, IncompatibleKeys&>(std::move(hook)), false);
+}
+
+/// Python's `Module.register_buffer(name, tensor, persistent)`: a non-persistent buffer belongs
+/// to the module but not to its state dict.
+template <class M, detail::IfModule<M> = 0>
+void register_buffer(M&& module, std::string name, at::Tensor tensor, bool persistent = true) {
+  auto& m = detail::module_ref(module);
+  auto state = detail::state_hooks_for(m);
+  {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    if (persistent) {
+      state->non_persistent_buffers.erase(name);
+    } else {
+      state->non_persistent_buffers.insert(name);
+    }
+  }
+  m.register_buffer(std::move(name), std::move(tensor));
+}
+
+}  // namespace modhooks

@@ -1,0 +1,85 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#include <torch/csrc/jit/api/module.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "identity.h"
+#include "modhooks/state/detail/traversal.h"
+#include "modhooks/state/module_state.h"
+
+namespace modhooks {
+namespace detail {
+namespace {
+
+ModuleTable<JitStateHooks>& jit_state_table() {
+  static ModuleTable<JitStateHooks> table;
+  return table;
+}
+
+/// How the traversal walks TorchScript modules: the same algorithm as for nn modules.
+struct JitAdapter {
+  using Module = torch::jit::Module;
+
+  static std::vector<std::pair<std::string, std::shared_ptr<Module>>> children(Module& module) {
+    std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+    for (const auto& child : module.named_children()) {
+      out.emplace_back(child.name, std::make_shared<Module>(child.value));
+    }
+    return out;
+  }
+
+  static std::vector<OwnTensor> own_tensors(Module& module) {
+    std::vector<OwnTensor> out;
+    for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+      if (p.value.defined()) out.push_back(OwnTensor{p.name, p.value});
+    }
+    const auto state = find_state_hooks(module);
+    std::unique_lock<std::mutex> lock;
+    if (state) lock = std::unique_lock<std::mutex>(state->mutex);
+    for (const auto& b : module.named_buffers(/*recurse=*/false)) {
+      if (!b.value.defined()) continue;
+      if (state && state->non_persistent_buffers.count(b.name)) continue;
+      out.push_back(OwnTensor{b.name, b.value});
+    }
+    return out;
+  }
+
+  static std::shared_ptr<StateHooks<Module>> hooks(Module& module) {
+    return find_state_hooks(module);
+  }
+
+  /// The script class's unqualified name ("Net" for "__torch__.Net").
+  static std::string class_name(Module& module) {
+    const auto& name = module.type()->name();
+    return name ? name->name() : std::string("ScriptModule");
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<JitStateHooks> find_state_hooks(const torch::jit::Module& module) {
+  return jit_entry_find(jit_state_table(), module);
+}
+
+std::shared_ptr<JitStateHooks> state_hooks_for(torch::jit::Module& module) {
+  return jit_entry_for(jit_state_table(), module);
+}
+
+}  // namespace detail
+
+StateDict state_dict(const torch::jit::Module& module, const std::string& prefix, bool keep_vars) {
+  return detail::state_dict<detail::JitAdapter>(detail::module_ref(module), prefix, keep_vars);
+}
+
+IncompatibleKeys load_state_dict(const torch::jit::Module& module, const StateDict& state_dict,
+                                 bool strict, bool assign) {
+  return detail::load_state_dict<detail::JitAdapter>(detail::module_ref(module), state_dict, strict,
+                                                     assign);
+}
+
+}  // namespace modhooks

@@ -1,0 +1,166 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#include "modhooks/state/checkpoint.h"
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+#include <caffe2/serialize/file_adapter.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "byte_io.h"
+#include "dtypes.h"
+#include "formats.h"
+#include "modhooks/core/error.h"
+#include "modhooks/state/detail/checkpoint_bytes.h"
+
+namespace modhooks {
+namespace detail {
+namespace {
+
+class StringSink final : public Sink {
+ public:
+  void write(const void* data, std::size_t size) noexcept override {
+    if (failed_) return;
+    try {
+      bytes_.append(static_cast<const char*>(data), size);
+    } catch (...) {
+      failed_ = true;
+    }
+  }
+  std::string finish() {
+    if (failed_) fail("out of memory while writing the checkpoint into memory");
+    return std::move(bytes_);
+  }
+
+ private:
+  std::string bytes_;
+  bool failed_ = false;
+};
+
+/// Writes next to `path` and renames over it only once everything is written, so a failed
+/// save leaves an existing checkpoint untouched.
+class FileSink final : public Sink {
+ public:
+  explicit FileSink(const std::string& path)
+      : path_(path), temp_(path + ".modhooks-partial"), file_(std::fopen(temp_.c_str(), "wb")) {
+    if (file_ == nullptr) fail("cannot open '" + temp_ + "' for writing: " + std::strerror(errno));
+  }
+  ~FileSink() override {
+    if (file_ != nullptr) {
+      std::fclose(file_);
+      std::remove(temp_.c_str());
+    }
+  }
+  FileSink(const FileSink&) = delete;
+  FileSink& operator=(const FileSink&) = delete;
+
+  void write(const void* data, std::size_t size) noexcept override {
+    if (error_ == 0 && std::fwrite(data, 1, size, file_) != size) error_ = errno ? errno : EIO;
+  }
+  void finish() {
+    std::FILE* file = file_;
+    file_ = nullptr;
+    if (std::fclose(file) != 0 && error_ == 0) error_ = errno ? errno : EIO;
+    if (error_ == 0 && std::rename(temp_.c_str(), path_.c_str()) != 0) error_ = errno;
+    if (error_ != 0) {
+      std::remove(temp_.c_str());
+      fail("cannot write '" + path_ + "': " + std::strerror(error_));
+    }
+  }
+
+ private:
+  std::string path_;
+  std::string temp_;
+  std::FILE* file_;
+  int error_ = 0;
+};
+
+void write(const StateDict& state_dict, CheckpointFormat format, Sink& out) {
+  if (format == CheckpointFormat::kSafetensors) {
+    write_safetensors(state_dict, out);
+  } else {
+    write_torch_save(state_dict, out);
+  }
+}
+
+StateDict read(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
+               CheckpointFormat format) {
+  if (format == CheckpointFormat::kSafetensors) return read_safetensors(*in);
+  return read_torch_save(std::move(in));
+}
+
+/// Runs `body`, turning libtorch's errors into modhooks::Error and prefixing every message
+/// with `context` (the path, or "in-memory checkpoint").
+template <class Body>
+auto with_context(const std::string& context, Body body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    throw Error(context + ": " + e.what());
+  } catch (const c10::Error& e) {
+    throw Error(context + ": " + e.what_without_backtrace());
+  }
+}
+
+}  // namespace
+
+const DtypeNames& checked_dtype(const std::string& key, const at::Tensor& tensor) {
+  if (!tensor.defined()) fail("state dict entry '" + key + "' is an undefined tensor");
+  if (tensor.layout() != c10::kStrided || tensor.is_quantized()) {
+    fail("state dict entry '" + key + "' is not a dense tensor");
+  }
+  const DtypeNames* names = find_dtype(tensor.scalar_type());
+  if (names == nullptr) {
+    fail("state dict entry '" + key + "' has dtype " + c10::toString(tensor.scalar_type()) +
+         ", which checkpoints cannot hold");
+  }
+  return *names;
+}
+
+at::Tensor writable_tensor(const at::Tensor& tensor) {
+  return tensor.detach().to(c10::kCPU).resolve_conj().resolve_neg().contiguous();
+}
+
+CheckpointFormat format_for_path(const std::string& path) {
+  static constexpr std::string_view kExtension = ".safetensors";
+  const bool safetensors =
+      path.size() >= kExtension.size() &&
+      path.compare(path.size() - kExtension.size(), kExtension.size(), kExtension.data()) == 0;
+  return safetensors ? CheckpointFormat::kSafetensors : CheckpointFormat::kTorchSave;
+}
+
+StateDict load_from_bytes(std::string_view bytes, CheckpointFormat format) {
+  return with_context("in-memory checkpoint",
+                      [&] { return read(std::make_shared<MemoryReadAdapter>(bytes), format); });
+}
+
+std::string save_to_bytes(const StateDict& state_dict, CheckpointFormat format) {
+  return with_context("in-memory checkpoint", [&] {
+    StringSink sink;
+    write(state_dict, format, sink);
+    return sink.finish();
+  });
+}
+
+}  // namespace detail
+
+void save(const StateDict& state_dict, const std::string& path) {
+  detail::with_context("modhooks::save('" + path + "')", [&] {
+    detail::FileSink sink(path);
+    detail::write(state_dict, detail::format_for_path(path), sink);
+    sink.finish();
+  });
+}
+
+StateDict load(const std::string& path) {
+  return detail::with_context("modhooks::load('" + path + "')", [&] {
+    return detail::read(std::make_shared<caffe2::serialize::FileAdapter>(path),
+                        detail::format_for_path(path));
+  });
+}
+
+}  // namespace modhooks

@@ -1,0 +1,237 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#include <ATen/core/Tensor.h>
+#include <c10/core/CPUAllocator.h>
+#include <caffe2/serialize/inline_container.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "byte_io.h"
+#include "dtypes.h"
+#include "formats.h"
+#include "modhooks/core/error.h"
+#include "unpickler.h"
+#include "zip_check.h"
+
+namespace modhooks {
+namespace detail {
+namespace {
+
+/// Reverses each element's bytes: files written on big-endian hosts say so in "byteorder".
+/// Complex numbers swap their two halves separately, as torch.load does.
+void swap_bytes(void* data, std::uint64_t nbytes, c10::ScalarType dtype) {
+  std::size_t width = c10::elementSize(dtype);
+  if (c10::isComplexType(dtype)) width /= 2;
+  if (width <= 1) return;
+  auto* bytes = static_cast<char*>(data);
+  for (std::uint64_t i = 0; i + width <= nbytes; i += width) {
+    std::reverse(bytes + i, bytes + i + width);
+  }
+}
+
+/// Protocol 2 pickle of a state dict, in the layout torch.save gives it, so that Python's
+/// `torch.load(weights_only=True)` reads it back as the same OrderedDict.
+class PickleWriter {
+ public:
+  std::string take() { return std::move(out_); }
+
+  void proto() { op(0x80), byte(2); }
+  void stop() { op('.'); }
+  void mark() { op('('); }
+  void tuple() { op('t'); }
+  void empty_tuple() { op(')'); }
+  void empty_dict() { op('}'); }
+  void reduce() { op('R'); }
+  void set_item() { op('s'); }
+  void build() { op('b'); }
+  void persistent_id() { op('Q'); }
+  void boolean(bool b) { op(b ? 0x88 : 0x89); }
+  void global(const std::string& module, std::string_view name) {
+    op('c');
+    out_ += module;
+    out_ += '\n';
+    out_.append(name.data(), name.size());
+    out_ += '\n';
+  }
+  void str(const std::string& s) {
+    if (s.size() > 0xFFFFFFFFu) fail("key of " + std::to_string(s.size()) + " bytes is too long");
+    op('X');
+    le(s.size(), 4);
+    out_ += s;
+  }
+  void integer(std::int64_t n) {
+    if (n >= 0 && n < 0x100) {
+      op('K'), le(static_cast<std::uint64_t>(n), 1);
+    } else if (n >= 0 && n < 0x10000) {
+      op('M'), le(static_cast<std::uint64_t>(n), 2);
+    } else if (n >= INT32_MIN && n <= INT32_MAX) {
+      op('J'), le(static_cast<std::uint32_t>(static_cast<std::int32_t>(n)), 4);
+    } else {
+      op(0x8a), byte(8), le(static_cast<std::uint64_t>(n), 8);
+    }
+  }
+  void int_tuple(c10::IntArrayRef values) {
+    mark();
+    for (std::int64_t v : values) integer(v);
+    tuple();
+  }
+  void new_ordered_dict() {
+    global("collections", "OrderedDict");
+    empty_tuple();
+    reduce();
+  }
+
+ private:
+  void op(int code) { byte(static_cast<unsigned char>(code)); }
+  void byte(unsigned char b) { out_ += static_cast<char>(b); }
+  void le(std::uint64_t value, int n) {
+    for (int i = 0; i < n; ++i) byte(static_cast<unsigned char>(value >> (8 * i)));
+  }
+  std::string out_;
+};
+
+/// Strides of a contiguous tensor of these sizes, as torch computes them.
+std::vector<std::int64_t> row_major_strides(c10::IntArrayRef sizes) {
+  std::vector<std::int64_t> strides(sizes.size());
+  std::int64_t stride = 1;
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= std::max<std::int64_t>(sizes[d], 1);
+  }
+  return strides;
+}
+
+/// The pickled tensor refers to storage `key`; its data is written as record data/<key>.
+void pickle_tensor(PickleWriter& w, const std::string& key, const at::Tensor& t,
+                   const DtypeNames& names) {
+  const bool v3 = names.storage_class.empty();
+  w.global("torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
+  w.mark();
+  {
+    w.mark();
+    w.str("storage");
+    // Python names the untyped class by its defining module, the typed ones through `torch`.
+    if (v3) {
+      w.global("torch.storage", "UntypedStorage");
+    } else {
+      w.global("torch", names.storage_class);
+    }
+    w.str(key);
+    w.str("cpu");
+    w.integer(v3 ? static_cast<std::int64_t>(t.nbytes()) : t.numel());
+    w.tuple();
+    w.persistent_id();
+  }
+  w.integer(0);
+  w.int_tuple(t.sizes());
+  w.int_tuple(row_major_strides(t.sizes()));
+  w.boolean(t.requires_grad());
+  w.new_ordered_dict();
+  if (v3) w.global("torch", names.torch_name);
+  w.tuple();
+  w.reduce();
+}
+
+std::string pickle_state_dict(const StateDict& sd) {
+  PickleWriter w;
+  w.proto();
+  w.new_ordered_dict();
+  std::size_t i = 0;
+  for (const auto& [key, tensor] : sd) {
+    w.str(key);
+    pickle_tensor(w, std::to_string(i++), tensor, checked_dtype(key, tensor));
+    w.set_item();
+  }
+  if (!sd.metadata().empty()) {
+    // Python's pickle of an OrderedDict's instance dict: BUILD with {'_metadata': ...}.
+    w.empty_dict();
+    w.str("_metadata");
+    w.new_ordered_dict();
+    for (const auto& [prefix, metadata] : sd.metadata()) {
+      w.str(prefix);
+      w.empty_dict();
+      for (const auto& [name, value] : metadata) {
+        w.str(name);
+        w.integer(value);
+        w.set_item();
+      }
+      w.set_item();
+    }
+    w.set_item();
+    w.build();
+  }
+  w.stop();
+  return w.take();
+}
+
+c10::Storage load_record(caffe2::serialize::PyTorchStreamReader& reader, const std::string& key,
+                         c10::ScalarType dtype, std::uint64_t numel, bool big_endian) {
+  const std::string name = "data/" + key;
+  if (!reader.hasRecord(name)) fail("the archive has no record '" + name + "'");
+  std::uint64_t nbytes = 0;
+  if (mul_overflows(numel, c10::elementSize(dtype), &nbytes)) {
+    fail("storage '" + key + "' of " + std::to_string(numel) + " elements overflows");
+  }
+  // The zip layout check bounds the record by the file, so reading it allocates no more than
+  // the file holds; its size must then match what the pickle declared.
+  auto record = reader.getRecord(name);
+  at::DataPtr data = std::move(std::get<0>(record));
+  const std::size_t size = std::get<1>(record);
+  if (size != nbytes) {
+    fail("record '" + name + "' holds " + std::to_string(size) + " bytes, but its storage of " +
+         std::to_string(numel) + " " + c10::toString(dtype) + " elements needs " +
+         std::to_string(nbytes));
+  }
+  if (big_endian) swap_bytes(data.get(), nbytes, dtype);
+  return c10::Storage(c10::Storage::use_byte_size_t(), static_cast<std::int64_t>(nbytes),
+                      std::move(data), c10::GetCPUAllocator(), /*resizable=*/false);
+}
+
+}  // namespace
+
+StateDict read_torch_save(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in) {
+  check_zip_layout(*in);
+  caffe2::serialize::PyTorchStreamReader reader(in);
+  bool big_endian = false;
+  if (reader.hasRecord("byteorder")) {
+    auto record = reader.getRecord("byteorder");
+    std::string order(static_cast<const char*>(std::get<0>(record).get()), std::get<1>(record));
+    if (order != "little" && order != "big") fail("unknown byteorder '" + order + "'");
+    big_endian = order == "big";
+  }
+  if (!reader.hasRecord("data.pkl")) fail("the archive has no data.pkl; not a torch.save file");
+  auto pickle = reader.getRecord("data.pkl");
+  std::string_view bytes(static_cast<const char*>(std::get<0>(pickle).get()), std::get<1>(pickle));
+  return unpickle_state_dict(
+      bytes, [&](const std::string& key, c10::ScalarType dtype, std::uint64_t numel) {
+        return load_record(reader, key, dtype, numel, big_endian);
+      });
+}
+
+void write_torch_save(const StateDict& state_dict, Sink& out) {
+  // Pickling checks every tensor before the first byte is written; the data is then converted
+  // to a CPU contiguous copy one record at a time.
+  const std::string pickle = pickle_state_dict(state_dict);
+  caffe2::serialize::PyTorchStreamWriter writer(
+      std::function<std::size_t(const void*, std::size_t)>([&](const void* data, std::size_t n) {
+        out.write(data, n);
+        return n;
+      }));
+  writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+  writer.writeRecord("byteorder", "little", 6);
+  std::size_t i = 0;
+  for (const auto& [key, tensor] : state_dict) {
+    const at::Tensor data = writable_tensor(tensor);
+    static const char kNothing = 0;
+    const void* bytes = data.nbytes() == 0 ? &kNothing : data.data_ptr();
+    writer.writeRecord("data/" + std::to_string(i++), bytes, data.nbytes());
+  }
+  writer.writeEndOfFile();
+}
+
+}  // namespace detail
+}  // namespace modhooks

@@ -1,0 +1,719 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#include "unpickler.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
+#include <memory>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "byte_io.h"
+#include "dtypes.h"
+#include "modhooks/core/error.h"
+
+namespace modhooks {
+namespace detail {
+namespace {
+
+/// Deep enough for a state dict (dict -> _metadata -> module -> value, tensor argument tuples);
+/// the bound keeps destruction of nested values from recursing without limit.
+constexpr int kMaxDepth = 32;
+
+/// The callables and classes a state dict pickle may name.
+enum class Global {
+  kOrderedDict,
+  kRebuildTensorV2,
+  kRebuildTensorV3,
+  kRebuildParameter,
+  kStorageClass,    // torch.FloatStorage and its siblings; `dtype` says which
+  kUntypedStorage,  // torch.UntypedStorage: bytes, typed by the dtype argument of v3
+  kDtype,           // torch.float32 and its siblings
+};
+
+enum class Kind { kNone, kBool, kInt, kStr, kTuple, kDict, kGlobal, kStorage, kTensor };
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kStr:
+      return "str";
+    case Kind::kTuple:
+      return "tuple";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kGlobal:
+      return "global";
+    case Kind::kStorage:
+      return "storage";
+    case Kind::kTensor:
+      return "tensor";
+  }
+  return "?";
+}
+
+struct Container;
+
+/// One object on the pickle machine's stack or in its memo. Copies share containers, as Python
+/// references do.
+struct Value {
+  Kind kind = Kind::kNone;
+  std::int64_t number = 0;                             // kBool, kInt
+  std::shared_ptr<const std::string> text;             // kStr
+  std::shared_ptr<Container> items;                    // kTuple, kDict
+  Global global = Global::kOrderedDict;                // kGlobal; kStorage: which class made it
+  c10::ScalarType dtype = c10::ScalarType::Undefined;  // kGlobal storage class or dtype, kStorage
+  c10::Storage storage;                                // kStorage
+  at::Tensor tensor;                                   // kTensor
+};
+
+/// A tuple (items) or dict (keys and values alternating, in insertion order).
+///
+/// `sealed` is set once the container is placed inside another one; a sealed container can no
+/// longer change. Pickles build a container's contents before nesting it, so this costs nothing
+/// for real files, and it makes reference cycles impossible: a cycle needs an insertion into a
+/// container that is already nested below the inserted one.
+struct Container {
+  std::vector<Value> items;
+  bool sealed = false;
+  int depth = 1;
+  std::shared_ptr<Container> metadata;  // an OrderedDict's `_metadata` attribute, set by BUILD
+};
+
+class Unpickler {
+ public:
+  Unpickler(std::string_view data, const StorageLoader& load_storage)
+      : data_(data), load_storage_(load_storage) {}
+
+  StateDict run();
+
+ private:
+  [[noreturn]] void error(const std::string& message) const {
+    fail("data.pkl offset " + std::to_string(op_offset_) + ": " + message);
+  }
+
+  // --- reading the byte stream
+  std::string_view take(std::uint64_t n) {
+    if (n > data_.size() - pos_) {
+      error("truncated: needs " + std::to_string(n) + " bytes, " +
+            std::to_string(data_.size() - pos_) + " remain");
+    }
+    std::string_view out = data_.substr(pos_, static_cast<std::size_t>(n));
+    pos_ += static_cast<std::size_t>(n);
+    return out;
+  }
+  std::uint64_t read_uint(int n) {
+    return load_le(reinterpret_cast<const unsigned char*>(take(static_cast<unsigned>(n)).data()),
+                   n);
+  }
+  std::string_view read_line() {
+    std::size_t end = data_.find('\n', pos_);
+    if (end == std::string_view::npos) error("truncated: GLOBAL name lacks its newline");
+    std::string_view line = data_.substr(pos_, end - pos_);
+    pos_ = end + 1;
+    return line;
+  }
+
+  // --- the stack
+  std::size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
+  Value pop() {
+    if (stack_.size() <= floor()) error("stack underflow");
+    Value v = std::move(stack_.back());
+    stack_.pop_back();
+    return v;
+  }
+  Value& top() {
+    if (stack_.size() <= floor()) error("stack underflow");
+    return stack_.back();
+  }
+  /// The items pushed since the last MARK, which is dropped.
+  std::vector<Value> pop_to_mark() {
+    if (marks_.empty()) error("no MARK to pop to");
+    std::size_t mark = marks_.back();
+    marks_.pop_back();
+    std::vector<Value> items(std::make_move_iterator(stack_.begin() + mark),
+                             std::make_move_iterator(stack_.end()));
+    stack_.resize(mark);
+    return items;
+  }
+
+  // --- values
+  Value make_str(std::string_view bytes);
+  Value make_int(std::int64_t n) {
+    Value v;
+    v.kind = Kind::kInt;
+    v.number = n;
+    return v;
+  }
+  Value make_bool(bool b) {
+    Value v;
+    v.kind = Kind::kBool;
+    v.number = b;
+    return v;
+  }
+  Value make_tuple(std::vector<Value> items);
+  Value make_dict() {
+    Value v;
+    v.kind = Kind::kDict;
+    v.items = std::make_shared<Container>();
+    return v;
+  }
+  /// Puts `child` inside `parent`: seals the child and keeps the depth bound.
+  void nest(Container& parent, const Value& child);
+  void set_item(Value& dict, Value key, Value value);
+
+  // --- opcodes with meaning
+  Value resolve_global(std::string_view module, std::string_view name);
+  Value reduce(const Value& callable, const Value& args);
+  Value rebuild_tensor(const std::vector<Value>& args, bool v3);
+  Value rebuild_parameter(const std::vector<Value>& args);
+  Value persistent_load(const Value& pid);
+  void build(Value& target, const Value& state);
+  StateDict to_state_dict(const Value& result);
+
+  // --- argument checks
+  std::int64_t expect_int(const Value& v, const char* what) {
+    if (v.kind != Kind::kInt)
+      error(std::string(what) + " is a " + kind_name(v.kind) + ", not an int");
+    return v.number;
+  }
+  std::vector<std::int64_t> expect_int_tuple(const Value& v, const char* what);
+  void expect_no_hooks(const Value& v) {
+    if (v.kind != Kind::kDict || !v.items->items.empty()) {
+      error("backward hooks must be an empty OrderedDict, not a " + std::string(kind_name(v.kind)));
+    }
+  }
+
+  std::string_view data_;
+  const StorageLoader& load_storage_;
+  std::size_t pos_ = 0;
+  std::size_t op_offset_ = 0;
+  std::vector<Value> stack_;
+  std::vector<std::size_t> marks_;
+  std::unordered_map<std::uint64_t, Value> memo_;
+  struct Loaded {
+    c10::Storage storage;
+    c10::ScalarType dtype;
+  };
+  std::unordered_map<std::string, Loaded> storages_;
+};
+
+/// Python's unpickler decodes with "surrogatepass", so encoded surrogates are accepted too.
+bool is_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t extra = 0;
+    std::uint32_t min = 0;
+    std::uint32_t code = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1, min = 0x80, code = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2, min = 0x800, code = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3, min = 0x10000, code = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= extra) return false;
+    for (std::size_t k = 1; k <= extra; ++k) {
+      const auto cont = static_cast<unsigned char>(s[i + k]);
+      if ((cont & 0xC0) != 0x80) return false;
+      code = (code << 6) | (cont & 0x3F);
+    }
+    if (code < min || code > 0x10FFFF) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+Value Unpickler::make_str(std::string_view bytes) {
+  if (!is_utf8(bytes)) error("string is not valid UTF-8");
+  Value v;
+  v.kind = Kind::kStr;
+  v.text = std::make_shared<const std::string>(bytes);
+  return v;
+}
+
+Value Unpickler::make_tuple(std::vector<Value> items) {
+  Value v;
+  v.kind = Kind::kTuple;
+  v.items = std::make_shared<Container>();
+  for (const Value& item : items) nest(*v.items, item);
+  v.items->items = std::move(items);
+  v.items->sealed = true;
+  return v;
+}
+
+void Unpickler::nest(Container& parent, const Value& child) {
+  if (!child.items) return;
+  if (child.items.get() == &parent) error("a container cannot contain itself");
+  child.items->sealed = true;
+  parent.depth = std::max(parent.depth, child.items->depth + 1);
+  if (parent.depth > kMaxDepth) {
+    error("objects nest deeper than " + std::to_string(kMaxDepth) + " levels");
+  }
+}
+
+void Unpickler::set_item(Value& dict, Value key, Value value) {
+  if (dict.kind != Kind::kDict) error("SETITEM on a " + std::string(kind_name(dict.kind)));
+  if (dict.items->sealed) error("SETITEM on a dict that is already nested in another object");
+  if (key.kind != Kind::kStr) {
+    error("dict key is a " + std::string(kind_name(key.kind)) + ", not a str");
+  }
+  nest(*dict.items, value);
+  dict.items->items.push_back(std::move(key));
+  dict.items->items.push_back(std::move(value));
+}
+
+std::vector<std::int64_t> Unpickler::expect_int_tuple(const Value& v, const char* what) {
+  if (v.kind != Kind::kTuple) {
+    error(std::string(what) + " is a " + kind_name(v.kind) + ", not a tuple");
+  }
+  std::vector<std::int64_t> out;
+  out.reserve(v.items->items.size());
+  for (const Value& item : v.items->items) {
+    std::int64_t n = expect_int(item, what);
+    if (n < 0) error(std::string(what) + " holds the negative value " + std::to_string(n));
+    out.push_back(n);
+  }
+  return out;
+}
+
+Value Unpickler::resolve_global(std::string_view module, std::string_view name) {
+  Value v;
+  v.kind = Kind::kGlobal;
+  if (module == "collections" && name == "OrderedDict") {
+    v.global = Global::kOrderedDict;
+    return v;
+  }
+  if (module == "torch._utils") {
+    if (name == "_rebuild_tensor_v2") {
+      v.global = Global::kRebuildTensorV2;
+      return v;
+    }
+    if (name == "_rebuild_tensor_v3") {
+      v.global = Global::kRebuildTensorV3;
+      return v;
+    }
+    if (name == "_rebuild_parameter") {
+      v.global = Global::kRebuildParameter;
+      return v;
+    }
+  }
+  if (module == "torch" || module == "torch.storage") {
+    if (name == "UntypedStorage") {
+      v.global = Global::kUntypedStorage;
+      v.dtype = c10::ScalarType::Byte;
+      return v;
+    }
+  }
+  if (module == "torch") {
+    if (const DtypeNames* d = find_dtype_by_storage_class(name)) {
+      v.global = Global::kStorageClass;
+      v.dtype = d->type;
+      return v;
+    }
+    if (const DtypeNames* d = find_dtype_by_torch_name(name)) {
+      v.global = Global::kDtype;
+      v.dtype = d->type;
+      return v;
+    }
+  }
+  error("global '" + std::string(module) + "." + std::string(name) +
+        "' is not allowed: a state dict holds only OrderedDicts, tensors and their storages");
+}
+
+Value Unpickler::persistent_load(const Value& pid) {
+  if (pid.kind != Kind::kTuple || pid.items->items.size() != 5) {
+    error("persistent id is not a ('storage', type, key, location, numel) tuple");
+  }
+  const auto& f = pid.items->items;
+  if (f[0].kind != Kind::kStr || *f[0].text != "storage") {
+    error("persistent id does not start with 'storage'");
+  }
+  if (f[1].kind != Kind::kGlobal ||
+      (f[1].global != Global::kStorageClass && f[1].global != Global::kUntypedStorage)) {
+    error("persistent id names no storage type");
+  }
+  if (f[2].kind != Kind::kStr) error("storage key is a " + std::string(kind_name(f[2].kind)));
+  if (f[3].kind != Kind::kStr) {
+    error("storage location is a " + std::string(kind_name(f[3].kind)));
+  }
+  const std::int64_t numel = expect_int(f[4], "storage size");
+  if (numel < 0) error("storage size is negative");
+  const std::string& key = *f[2].text;
+  Value v;
+  v.kind = Kind::kStorage;
+  v.global = f[1].global;
+  v.dtype = f[1].dtype;
+  auto found = storages_.find(key);
+  if (found != storages_.end()) {
+    if (found->second.dtype != v.dtype) {
+      error("storage '" + key + "' is used as " + c10::toString(found->second.dtype) + " and as " +
+            c10::toString(v.dtype));
+    }
+    v.storage = found->second.storage;
+    return v;
+  }
+  v.storage = load_storage_(key, v.dtype, static_cast<std::uint64_t>(numel));
+  storages_.emplace(key, Loaded{v.storage, v.dtype});
+  return v;
+}
+
+Value Unpickler::rebuild_tensor(const std::vector<Value>& args, bool v3) {
+  // v2: (storage, offset, size, stride, requires_grad, backward_hooks[, metadata])
+  // v3: the same with the dtype after backward_hooks, for an UntypedStorage.
+  const std::size_t base = v3 ? 7 : 6;
+  const char* fn = v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2";
+  if (args.size() != base && args.size() != base + 1) {
+    error(std::string(fn) + " takes " + std::to_string(base) + " or " + std::to_string(base + 1) +
+          " arguments, got " + std::to_string(args.size()));
+  }
+  const Value& storage = args[0];
+  if (storage.kind != Kind::kStorage) {
+    error(std::string(fn) + " expects a storage, got a " + kind_name(storage.kind));
+  }
+  c10::ScalarType dtype = storage.dtype;
+  if (v3) {
+    if (storage.global != Global::kUntypedStorage) {
+      error("_rebuild_tensor_v3 expects an UntypedStorage");
+    }
+    if (args[6].kind != Kind::kGlobal || args[6].global != Global::kDtype) {
+      error("_rebuild_tensor_v3 expects a dtype as its seventh argument");
+    }
+    dtype = args[6].dtype;
+  } else if (storage.global != Global::kStorageClass) {
+    error("_rebuild_tensor_v2 expects a typed storage");
+  }
+  const std::int64_t offset = expect_int(args[1], "storage offset");
+  if (offset < 0) error("storage offset is negative");
+  const std::vector<std::int64_t> sizes = expect_int_tuple(args[2], "tensor size");
+  const std::vector<std::int64_t> strides = expect_int_tuple(args[3], "tensor stride");
+  if (sizes.size() != strides.size()) {
+    error("tensor has " + std::to_string(sizes.size()) + " sizes but " +
+          std::to_string(strides.size()) + " strides");
+  }
+  if (args[4].kind != Kind::kBool) error("requires_grad is not a bool");
+  expect_no_hooks(args[5]);
+  if (args.size() == base + 1) {
+    const Value& meta = args[base];
+    if (meta.kind != Kind::kDict) error("tensor metadata is not a dict");
+    for (std::size_t i = 1; i < meta.items->items.size(); i += 2) {
+      const Value& flag = meta.items->items[i];
+      if (flag.kind != Kind::kBool || flag.number != 0) {
+        error("tensor metadata '" + *meta.items->items[i - 1].text +
+              "' (a conjugate or negative view) is not supported");
+      }
+    }
+  }
+  // The last element the view reaches must lie in the storage; checked here, with overflow
+  // checks, before ATen sees the numbers.
+  const std::uint64_t itemsize = c10::elementSize(dtype);
+  std::uint64_t last = static_cast<std::uint64_t>(offset);
+  bool empty = false;
+  for (std::size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) empty = true;
+  }
+  if (!empty) {
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      std::uint64_t reach = 0;
+      if (mul_overflows(static_cast<std::uint64_t>(sizes[d] - 1),
+                        static_cast<std::uint64_t>(strides[d]), &reach) ||
+          add_overflows(last, reach, &last) || last > INT64_MAX) {
+        error("tensor size and stride overflow");
+      }
+    }
+    std::uint64_t needed = 0;
+    if (add_overflows(last, 1, &needed) || mul_overflows(needed, itemsize, &needed) ||
+        needed > storage.storage.nbytes()) {
+      error("tensor of size " + c10::str(c10::IntArrayRef(sizes)) + ", stride " +
+            c10::str(c10::IntArrayRef(strides)) + " at offset " + std::to_string(offset) +
+            " reaches beyond its storage of " + std::to_string(storage.storage.nbytes()) +
+            " bytes");
+    }
+  }
+  at::Tensor t = at::empty({0}, at::TensorOptions().dtype(dtype));
+  t.set_(storage.storage, offset, sizes, strides);
+  if (args[4].number != 0) {
+    if (!c10::isFloatingType(dtype) && !c10::isComplexType(dtype)) {
+      error("a " + std::string(c10::toString(dtype)) + " tensor cannot require grad");
+    }
+    t.set_requires_grad(true);
+  }
+  Value v;
+  v.kind = Kind::kTensor;
+  v.tensor = std::move(t);
+  return v;
+}
+
+Value Unpickler::rebuild_parameter(const std::vector<Value>& args) {
+  // (data, requires_grad, backward_hooks): a Parameter is a tensor that may require grad.
+  if (args.size() != 3) {
+    error("_rebuild_parameter takes 3 arguments, got " + std::to_string(args.size()));
+  }
+  if (args[0].kind != Kind::kTensor) {
+    error("_rebuild_parameter expects a tensor, got a " + std::string(kind_name(args[0].kind)));
+  }
+  if (args[1].kind != Kind::kBool) error("requires_grad is not a bool");
+  expect_no_hooks(args[2]);
+  at::Tensor t = args[0].tensor;
+  const bool requires_grad = args[1].number != 0;
+  if (requires_grad && !c10::isFloatingType(t.scalar_type()) &&
+      !c10::isComplexType(t.scalar_type())) {
+    error("a " + std::string(c10::toString(t.scalar_type())) + " parameter cannot require grad");
+  }
+  t.set_requires_grad(requires_grad);
+  Value v;
+  v.kind = Kind::kTensor;
+  v.tensor = std::move(t);
+  return v;
+}
+
+Value Unpickler::reduce(const Value& callable, const Value& args) {
+  if (callable.kind != Kind::kGlobal) {
+    error("REDUCE calls a " + std::string(kind_name(callable.kind)));
+  }
+  if (args.kind != Kind::kTuple) error("REDUCE arguments are not a tuple");
+  const std::vector<Value>& a = args.items->items;
+  switch (callable.global) {
+    case Global::kOrderedDict:
+      if (!a.empty()) error("OrderedDict is built from arguments; only OrderedDict() is allowed");
+      return make_dict();
+    case Global::kRebuildTensorV2:
+      return rebuild_tensor(a, false);
+    case Global::kRebuildTensorV3:
+      return rebuild_tensor(a, true);
+    case Global::kRebuildParameter:
+      return rebuild_parameter(a);
+    case Global::kStorageClass:
+    case Global::kUntypedStorage:
+    case Global::kDtype:
+      break;
+  }
+  error("a storage type or dtype cannot be called");
+}
+
+void Unpickler::build(Value& target, const Value& state) {
+  // Python sets `_metadata` on the OrderedDict by BUILD with the state {'_metadata': ...}.
+  if (target.kind != Kind::kDict || target.items->sealed) {
+    error("BUILD on a " + std::string(kind_name(target.kind)) +
+          "; only an OrderedDict's "
+          "_metadata can be set");
+  }
+  if (state.kind != Kind::kDict) error("BUILD state is a " + std::string(kind_name(state.kind)));
+  const auto& items = state.items->items;
+  for (std::size_t i = 0; i < items.size(); i += 2) {
+    if (*items[i].text != "_metadata") {
+      error("BUILD sets the attribute '" + *items[i].text + "'; only _metadata is allowed");
+    }
+    if (items[i + 1].kind != Kind::kDict) error("_metadata is not a dict");
+    nest(*target.items, items[i + 1]);
+    target.items->metadata = items[i + 1].items;
+  }
+}
+
+StateDict Unpickler::to_state_dict(const Value& result) {
+  if (result.kind != Kind::kDict) {
+    fail("data.pkl holds a " + std::string(kind_name(result.kind)) +
+         ", not a state dict (an OrderedDict of tensors)");
+  }
+  StateDict sd;
+  const auto& items = result.items->items;
+  sd.reserve(items.size() / 2);
+  for (std::size_t i = 0; i < items.size(); i += 2) {
+    const std::string& key = *items[i].text;
+    if (items[i + 1].kind != Kind::kTensor) {
+      fail("state dict entry '" + key + "' is a " + kind_name(items[i + 1].kind) +
+           ", not a tensor");
+    }
+    sd.insert_or_assign(key, items[i + 1].tensor);
+  }
+  if (const auto& metadata = result.items->metadata) {
+    for (std::size_t i = 0; i < metadata->items.size(); i += 2) {
+      const std::string& prefix = *metadata->items[i].text;
+      const Value& entry = metadata->items[i + 1];
+      if (entry.kind != Kind::kDict) {
+        fail("_metadata['" + prefix + "'] is a " + kind_name(entry.kind) + ", not a dict");
+      }
+      Metadata md;
+      for (std::size_t j = 0; j < entry.items->items.size(); j += 2) {
+        const std::string& name = *entry.items->items[j].text;
+        const Value& value = entry.items->items[j + 1];
+        if (value.kind != Kind::kInt && value.kind != Kind::kBool) {
+          fail("_metadata['" + prefix + "']['" + name + "'] is a " + kind_name(value.kind) +
+               ", not an int");
+        }
+        md[name] = value.number;
+      }
+      sd.metadata().insert_or_assign(prefix, std::move(md));
+    }
+  }
+  return sd;
+}
+
+StateDict Unpickler::run() {
+  while (pos_ < data_.size()) {
+    op_offset_ = pos_;
+    const auto op = static_cast<unsigned char>(data_[pos_++]);
+    switch (op) {
+      case 0x80: {  // PROTO
+        const std::uint64_t version = read_uint(1);
+        if (version < 2 || version > 5) error("pickle protocol " + std::to_string(version));
+        break;
+      }
+      case 0x95:  // FRAME: a length hint for buffered readers; the data follows inline
+        read_uint(8);
+        break;
+      case '.': {  // STOP
+        Value result = pop();
+        return to_state_dict(result);
+      }
+      case '(':  // MARK
+        marks_.push_back(stack_.size());
+        break;
+      case 'N':  // NONE
+        stack_.emplace_back();
+        break;
+      case 0x88:  // NEWTRUE
+        stack_.push_back(make_bool(true));
+        break;
+      case 0x89:  // NEWFALSE
+        stack_.push_back(make_bool(false));
+        break;
+      case 'J':  // BININT: signed 32-bit
+        stack_.push_back(make_int(static_cast<std::int32_t>(read_uint(4))));
+        break;
+      case 'K':  // BININT1
+        stack_.push_back(make_int(static_cast<std::int64_t>(read_uint(1))));
+        break;
+      case 'M':  // BININT2
+        stack_.push_back(make_int(static_cast<std::int64_t>(read_uint(2))));
+        break;
+      case 0x8a: {  // LONG1: little-endian two's complement of n bytes
+        const auto n = static_cast<int>(read_uint(1));
+        if (n > 8) error("integer of " + std::to_string(n) + " bytes does not fit in 64 bits");
+        std::uint64_t bits = n == 0 ? 0 : read_uint(n);
+        if (n > 0 && n < 8 && (bits >> (8 * n - 1)) != 0) bits |= ~std::uint64_t{0} << (8 * n);
+        stack_.push_back(make_int(static_cast<std::int64_t>(bits)));
+        break;
+      }
+      case 'X':  // BINUNICODE
+        stack_.push_back(make_str(take(read_uint(4))));
+        break;
+      case 0x8c:  // SHORT_BINUNICODE
+        stack_.push_back(make_str(take(read_uint(1))));
+        break;
+      case 0x8d:  // BINUNICODE8
+        stack_.push_back(make_str(take(read_uint(8))));
+        break;
+      case ')':  // EMPTY_TUPLE
+        stack_.push_back(make_tuple({}));
+        break;
+      case 0x85:    // TUPLE1
+      case 0x86:    // TUPLE2
+      case 0x87: {  // TUPLE3
+        std::vector<Value> items(op - 0x84);
+        for (auto it = items.rbegin(); it != items.rend(); ++it) *it = pop();
+        stack_.push_back(make_tuple(std::move(items)));
+        break;
+      }
+      case 't':  // TUPLE
+        stack_.push_back(make_tuple(pop_to_mark()));
+        break;
+      case '}':  // EMPTY_DICT
+        stack_.push_back(make_dict());
+        break;
+      case 's': {  // SETITEM
+        Value value = pop();
+        Value key = pop();
+        set_item(top(), std::move(key), std::move(value));
+        break;
+      }
+      case 'u': {  // SETITEMS
+        std::vector<Value> items = pop_to_mark();
+        if (items.size() % 2 != 0) error("SETITEMS with an odd number of items");
+        Value& dict = top();
+        for (std::size_t i = 0; i < items.size(); i += 2) {
+          set_item(dict, std::move(items[i]), std::move(items[i + 1]));
+        }
+        break;
+      }
+      case 'c': {  // GLOBAL
+        std::string_view module = read_line();
+        std::string_view name = read_line();
+        stack_.push_back(resolve_global(module, name));
+        break;
+      }
+      case 0x93: {  // STACK_GLOBAL
+        Value name = pop();
+        Value module = pop();
+        if (module.kind != Kind::kStr || name.kind != Kind::kStr) {
+          error("STACK_GLOBAL needs two strings");
+        }
+        stack_.push_back(resolve_global(*module.text, *name.text));
+        break;
+      }
+      case 'R': {  // REDUCE
+        Value args = pop();
+        Value callable = pop();
+        stack_.push_back(reduce(callable, args));
+        break;
+      }
+      case 'b': {  // BUILD
+        Value state = pop();
+        build(top(), state);
+        break;
+      }
+      case 'Q': {  // BINPERSID
+        Value pid = pop();
+        stack_.push_back(persistent_load(pid));
+        break;
+      }
+      case 'q':  // BINPUT
+        memo_[read_uint(1)] = top();
+        break;
+      case 'r':  // LONG_BINPUT
+        memo_[read_uint(4)] = top();
+        break;
+      case 0x94:  // MEMOIZE
+        memo_[memo_.size()] = top();
+        break;
+      case 'h':    // BINGET
+      case 'j': {  // LONG_BINGET
+        const std::uint64_t index = read_uint(op == 'h' ? 1 : 4);
+        auto found = memo_.find(index);
+        if (found == memo_.end()) error("memo index " + std::to_string(index) + " is unset");
+        stack_.push_back(found->second);
+        break;
+      }
+      default: {
+        static const char* hex = "0123456789abcdef";
+        error(std::string("pickle opcode 0x") + hex[op >> 4] + hex[op & 15] +
+              " is not supported in a state dict");
+      }
+    }
+  }
+  op_offset_ = pos_;
+  error("truncated: the pickle ends without STOP");
+}
+
+}  // namespace
+
+StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage) {
+  return Unpickler(pickle, load_storage).run();
+}
+
+}  // namespace detail
+}  // namespace modhooks

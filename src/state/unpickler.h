@@ -1,0 +1,34 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <c10/core/ScalarType.h>
+#include <c10/core/Storage.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "modhooks/state/state_dict.h"
+
+namespace modhooks {
+namespace detail {
+
+/// Gives the unpickler the bytes of storage `key` ("data/<key>" in the archive) as a storage of
+/// `numel` elements of `dtype` in host byte order. Called once per key.
+using StorageLoader =
+    std::function<c10::Storage(const std::string& key, c10::ScalarType dtype, std::uint64_t numel)>;
+
+/// Runs the `data.pkl` of a torch.save archive and returns the state dict it describes.
+///
+/// This is not Python's unpickler: it knows the protocol 2-5 opcodes a pickled state dict uses
+/// and a handful of globals (collections.OrderedDict, the torch._utils tensor and parameter
+/// rebuild functions, torch.*Storage, torch.UntypedStorage, dtypes), so nothing in a file can
+/// run code. Every other global, opcode or object shape raises modhooks::Error naming it and
+/// its offset. Memory stays linear in the pickle's size: containers can neither nest deeper
+/// than a small bound nor contain themselves.
+StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage);
+
+}  // namespace detail
+}  // namespace modhooks

@@ -1,0 +1,281 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#include "zip_check.h"
+
+#include <caffe2/serialize/versions.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "byte_io.h"
+#include "modhooks/core/error.h"
+
+namespace modhooks {
+namespace detail {
+namespace {
+
+// Record layouts of the zip specification (APPNOTE.TXT), sizes in bytes.
+constexpr std::uint32_t kEndSignature = 0x06054b50;
+constexpr std::uint32_t kEnd64LocatorSignature = 0x07064b50;
+constexpr std::uint32_t kEnd64Signature = 0x06064b50;
+constexpr std::uint32_t kCentralSignature = 0x02014b50;
+constexpr std::uint32_t kLocalSignature = 0x04034b50;
+constexpr std::uint64_t kEndSize = 22;
+constexpr std::uint64_t kMaxCommentSize = 0xFFFF;
+constexpr std::uint64_t kEnd64LocatorSize = 20;
+constexpr std::uint64_t kEnd64Size = 56;
+constexpr std::uint64_t kCentralSize = 46;
+constexpr std::uint64_t kLocalSize = 30;
+constexpr std::uint16_t kZip64ExtraId = 0x0001;
+
+using Bytes = std::vector<unsigned char>;
+
+std::uint64_t le(const Bytes& b, std::uint64_t at, int n) { return load_le(b.data() + at, n); }
+
+Bytes read_block(const caffe2::serialize::ReadAdapterInterface& in, std::uint64_t pos,
+                 std::uint64_t n, const char* what) {
+  Bytes block(static_cast<std::size_t>(n));
+  read_exactly(in, pos, block.data(), block.size(), what);
+  return block;
+}
+
+struct Directory {
+  std::uint64_t entries;
+  std::uint64_t size;
+  std::uint64_t offset;
+  std::uint64_t end_record;  // where the directory must end: the (zip64) end record
+};
+
+Directory find_directory(const caffe2::serialize::ReadAdapterInterface& in) {
+  const std::uint64_t file_size = in.size();
+  if (file_size < kEndSize) {
+    fail("not a zip archive: " + std::to_string(file_size) +
+         " bytes is too short for a zip end record");
+  }
+  const std::uint64_t tail_size = std::min(file_size, kEndSize + kMaxCommentSize);
+  const std::uint64_t tail_pos = file_size - tail_size;
+  Bytes tail = read_block(in, tail_pos, tail_size, "zip end record");
+  // The end record is the last thing in the file but for its comment, so search backwards.
+  std::uint64_t at = tail_size - kEndSize;
+  while (le(tail, at, 4) != kEndSignature) {
+    if (at == 0) fail("not a zip archive: no zip end record found");
+    --at;
+  }
+  Directory dir{le(tail, at + 10, 2), le(tail, at + 12, 4), le(tail, at + 16, 4), tail_pos + at};
+  if (le(tail, at + 4, 2) != 0 && le(tail, at + 4, 2) != 0xFFFF) {
+    fail("multi-disk zip archives are not supported");
+  }
+  if (dir.entries == 0xFFFF || dir.size == 0xFFFFFFFF || dir.offset == 0xFFFFFFFF) {
+    // zip64: the real values sit in the zip64 end record, found through its locator.
+    if (dir.end_record < kEnd64LocatorSize) fail("zip64 archive without a zip64 end locator");
+    Bytes locator =
+        read_block(in, dir.end_record - kEnd64LocatorSize, kEnd64LocatorSize, "zip64 end locator");
+    if (le(locator, 0, 4) != kEnd64LocatorSignature) {
+      fail("zip64 archive without a zip64 end locator");
+    }
+    const std::uint64_t end64 = le(locator, 8, 8);
+    if (end64 > dir.end_record - kEnd64LocatorSize ||
+        dir.end_record - kEnd64LocatorSize - end64 < kEnd64Size) {
+      fail("zip64 end record offset " + std::to_string(end64) + " is out of range");
+    }
+    Bytes record = read_block(in, end64, kEnd64Size, "zip64 end record");
+    if (le(record, 0, 4) != kEnd64Signature) {
+      fail("no zip64 end record at offset " + std::to_string(end64));
+    }
+    dir = Directory{le(record, 32, 8), le(record, 40, 8), le(record, 48, 8), end64};
+  }
+  std::uint64_t dir_end = 0;
+  if (add_overflows(dir.offset, dir.size, &dir_end) || dir_end > dir.end_record) {
+    fail("zip central directory (offset " + std::to_string(dir.offset) + ", " +
+         std::to_string(dir.size) + " bytes) does not end before the zip end record at offset " +
+         std::to_string(dir.end_record));
+  }
+  if (dir.entries > dir.size / kCentralSize) {
+    fail("zip end record claims " + std::to_string(dir.entries) + " entries, more than its " +
+         std::to_string(dir.size) + "-byte central directory can hold");
+  }
+  return dir;
+}
+
+struct Span {
+  std::uint64_t begin;  // the entry's local header
+  std::uint64_t end;    // one past its data
+  std::string name;
+  std::uint64_t data;  // where its data starts
+  std::uint32_t crc;   // CRC-32 of its data, from the central directory
+};
+
+/// miniz looks names up case-insensitively, so names are compared that way too.
+std::string folded(const std::string& name) {
+  std::string out = name;
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::uint32_t crc32(const unsigned char* data, std::size_t size) {
+  std::uint32_t crc = 0xFFFFFFFFu;
+  for (std::size_t i = 0; i < size; ++i) {
+    crc ^= data[i];
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+/// The records libtorch's reader reads in its constructor. A constructor that throws leaks
+/// the reader's zip state (libtorch never ends it), so everything that could make it throw is
+/// checked here first: the archive folder, the version record and its value, their CRCs.
+void check_reader_records(const caffe2::serialize::ReadAdapterInterface& in,
+                          const std::vector<Span>& spans, const std::string& first_name) {
+  const std::size_t slash = first_name.find('/');
+  if (slash == std::string::npos) {
+    fail("zip entry '" + first_name + "' is not in a folder, as torch.save's records are");
+  }
+  const std::string folder = folded(first_name.substr(0, slash + 1));
+  auto find = [&](const std::string& name) -> const Span* {
+    for (const Span& span : spans) {
+      if (folded(span.name) == folder + name) return &span;
+    }
+    return nullptr;
+  };
+  auto read_checked = [&](const Span& span) {
+    constexpr std::uint64_t kMaxSmallRecord = 4096;
+    if (span.end - span.data > kMaxSmallRecord) fail("record '" + span.name + "' is too long");
+    Bytes bytes = read_block(in, span.data, span.end - span.data, "zip record");
+    if (crc32(bytes.data(), bytes.size()) != span.crc) {
+      fail("record '" + span.name + "' fails its CRC-32 check");
+    }
+    return std::string(bytes.begin(), bytes.end());
+  };
+  if (const Span* id = find(".data/serialization_id")) read_checked(*id);
+  const Span* version_record = find(".data/version");
+  if (version_record == nullptr) version_record = find("version");
+  if (version_record == nullptr) fail("the archive has no version record");
+  const std::string text = read_checked(*version_record);
+  // Read as std::stoull reads it: leading blanks, digits, anything after.
+  std::size_t at = 0;
+  while (at < text.size() && std::isspace(static_cast<unsigned char>(text[at]))) ++at;
+  std::uint64_t version = 0;
+  std::size_t digits = 0;
+  for (; at < text.size() && std::isdigit(static_cast<unsigned char>(text[at])); ++at, ++digits) {
+    if (version > caffe2::serialize::kMaxSupportedFileFormatVersion) break;
+    version = version * 10 + static_cast<std::uint64_t>(text[at] - '0');
+  }
+  if (digits == 0 || version < caffe2::serialize::kMinSupportedFileFormatVersion ||
+      version > caffe2::serialize::kMaxSupportedFileFormatVersion) {
+    fail("archive version '" + text + "' is not one this libtorch reads");
+  }
+}
+
+/// Fills in the 64-bit sizes and offset that a zip64 entry keeps in its extra field.
+void read_zip64_extra(const Bytes& cd, std::uint64_t extra, std::uint64_t extra_size,
+                      const std::string& name, std::uint64_t* uncompressed,
+                      std::uint64_t* compressed, std::uint64_t* local_offset) {
+  std::uint64_t* wanted[] = {uncompressed, compressed, local_offset};
+  std::uint64_t at = extra;
+  const std::uint64_t end = extra + extra_size;
+  while (end - at >= 4) {
+    const std::uint64_t id = le(cd, at, 2);
+    const std::uint64_t size = le(cd, at + 2, 2);
+    if (size > end - at - 4) fail("zip entry '" + name + "' has a truncated extra field");
+    if (id == kZip64ExtraId) {
+      std::uint64_t field = at + 4;
+      for (std::uint64_t* value : wanted) {
+        if (*value != 0xFFFFFFFF) continue;
+        if (field + 8 > at + 4 + size) {
+          fail("zip entry '" + name + "' has a truncated zip64 extra field");
+        }
+        *value = le(cd, field, 8);
+        field += 8;
+      }
+      return;
+    }
+    at += 4 + size;
+  }
+  for (std::uint64_t* value : wanted) {
+    if (*value == 0xFFFFFFFF) fail("zip entry '" + name + "' lacks its zip64 extra field");
+  }
+}
+
+}  // namespace
+
+void check_zip_layout(const caffe2::serialize::ReadAdapterInterface& in) {
+  if (in.size() >= 8) {
+    char magic[8];
+    read_exactly(in, 0, magic, 8, "file header");
+    if (std::string(magic, 8) == "PYTORCH1") {
+      fail("the file is in the preview-release format of torch.save, which is not supported");
+    }
+  }
+  const Directory dir = find_directory(in);
+  const Bytes cd = read_block(in, dir.offset, dir.size, "zip central directory");
+  std::vector<Span> spans;
+  spans.reserve(static_cast<std::size_t>(dir.entries));
+  std::unordered_set<std::string> names;
+  std::uint64_t at = 0;
+  for (std::uint64_t i = 0; i < dir.entries; ++i) {
+    if (cd.size() - at < kCentralSize || le(cd, at, 4) != kCentralSignature) {
+      fail("zip central directory entry " + std::to_string(i) + " at offset " +
+           std::to_string(dir.offset + at) + " is malformed");
+    }
+    const std::uint64_t name_size = le(cd, at + 28, 2);
+    const std::uint64_t extra_size = le(cd, at + 30, 2);
+    const std::uint64_t comment_size = le(cd, at + 32, 2);
+    if (cd.size() - at - kCentralSize < name_size + extra_size + comment_size) {
+      fail("zip central directory entry " + std::to_string(i) + " runs past the directory");
+    }
+    std::string name(reinterpret_cast<const char*>(cd.data() + at + kCentralSize),
+                     static_cast<std::size_t>(name_size));
+    const std::uint64_t flags = le(cd, at + 8, 2);
+    const std::uint64_t method = le(cd, at + 10, 2);
+    std::uint64_t compressed = le(cd, at + 20, 4);
+    std::uint64_t uncompressed = le(cd, at + 24, 4);
+    std::uint64_t local = le(cd, at + 42, 4);
+    read_zip64_extra(cd, at + kCentralSize + name_size, extra_size, name, &uncompressed,
+                     &compressed, &local);
+    if (flags & 1) fail("zip entry '" + name + "' is encrypted");
+    if (method != 0) {
+      fail("zip entry '" + name + "' is compressed (method " + std::to_string(method) +
+           "); torch.save stores records uncompressed and only such archives are read");
+    }
+    if (compressed != uncompressed) {
+      fail("zip entry '" + name + "' is stored but its sizes differ (" +
+           std::to_string(compressed) + " and " + std::to_string(uncompressed) + " bytes)");
+    }
+    if (!names.insert(folded(name)).second) fail("zip entry '" + name + "' appears twice");
+    if (local > dir.offset || dir.offset - local < kLocalSize) {
+      fail("zip entry '" + name + "' has its local header at offset " + std::to_string(local) +
+           ", outside the data area");
+    }
+    Bytes header = read_block(in, local, kLocalSize, "zip local header");
+    if (le(header, 0, 4) != kLocalSignature) {
+      fail("zip entry '" + name + "' has no local header at offset " + std::to_string(local));
+    }
+    const std::uint64_t data = local + kLocalSize + le(header, 26, 2) + le(header, 28, 2);
+    std::uint64_t data_end = 0;
+    if (add_overflows(data, uncompressed, &data_end) || data_end > dir.offset) {
+      fail("zip entry '" + name + "' (" + std::to_string(uncompressed) + " bytes at offset " +
+           std::to_string(data) + ") runs past the data area, which ends at offset " +
+           std::to_string(dir.offset));
+    }
+    spans.push_back(Span{local, data_end, std::move(name), data,
+                         static_cast<std::uint32_t>(le(cd, at + 16, 4))});
+    at += kCentralSize + name_size + extra_size + comment_size;
+  }
+  if (spans.empty()) fail("the zip archive is empty");
+  const std::string first_name = spans.front().name;
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (std::size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].begin < spans[i - 1].end) {
+      fail("zip entries '" + spans[i - 1].name + "' and '" + spans[i].name + "' overlap");
+    }
+  }
+  check_reader_records(in, spans, first_name);
+}
+
+}  // namespace detail
+}  // namespace modhooks

@@ -1,0 +1,523 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#include "modhooks/state/checkpoint.h"
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
+#include <c10/util/Exception.h>
+#include <caffe2/serialize/inline_container.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/api/include/torch/version.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "modhooks/state/detail/checkpoint_bytes.h"
+
+namespace {
+
+using namespace std::string_literals;
+using modhooks::StateDict;
+using modhooks::detail::CheckpointFormat;
+using Json = nlohmann::json;
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+constexpr bool kHasNewDtypes = true;
+#else
+constexpr bool kHasNewDtypes = false;
+#endif
+
+std::string fixture(const std::string& name) {
+  return std::string(MODHOOKS_FIXTURES) + "/checkpoints/" + name;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in) << "cannot read " << path;
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+const Json& expected() {
+  static const Json json = Json::parse(read_file(fixture("expected.json")));
+  return json;
+}
+
+/// Python's name of a dtype, as the oracle writes it.
+std::string dtype_name(c10::ScalarType type) {
+  static const std::map<c10::ScalarType, std::string> names = {
+    {c10::kFloat, "float32"},
+    {c10::kDouble, "float64"},
+    {c10::kHalf, "float16"},
+    {c10::kBFloat16, "bfloat16"},
+    {c10::kChar, "int8"},
+    {c10::kShort, "int16"},
+    {c10::kInt, "int32"},
+    {c10::kLong, "int64"},
+    {c10::kByte, "uint8"},
+    {c10::kBool, "bool"},
+    {c10::kComplexFloat, "complex64"},
+    {c10::kComplexDouble, "complex128"},
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+    {c10::ScalarType::UInt16, "uint16"},
+    {c10::ScalarType::UInt32, "uint32"},
+    {c10::ScalarType::UInt64, "uint64"},
+    {c10::ScalarType::Float8_e4m3fn, "float8_e4m3fn"},
+    {c10::ScalarType::Float8_e5m2, "float8_e5m2"},
+    {c10::ScalarType::Float8_e4m3fnuz, "float8_e4m3fnuz"},
+    {c10::ScalarType::Float8_e5m2fnuz, "float8_e5m2fnuz"},
+#endif
+  };
+  auto found = names.find(type);
+  return found == names.end() ? "?" : found->second;
+}
+
+/// The tensor's elements in row-major order, as hex: the oracle's "hex".
+std::string row_major_hex(const at::Tensor& t) {
+  at::Tensor c = t.detach().contiguous();
+  const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+  static const char* digits = "0123456789abcdef";
+  std::string hex;
+  for (std::size_t i = 0; i < c.nbytes(); ++i) {
+    hex += digits[bytes[i] >> 4];
+    hex += digits[bytes[i] & 15];
+  }
+  return hex;
+}
+
+/// `sd` holds exactly what the oracle described: order, dtypes, shapes, bytes, metadata; with
+/// `layout`, also strides, offsets and storage sharing (torch.save files keep views).
+void expect_matches(const StateDict& sd, const Json& want, bool layout) {
+  std::vector<std::string> keys = want["keys"];
+  EXPECT_EQ(sd.keys(), keys);
+  for (const auto& key : keys) {
+    if (!sd.contains(key)) continue;
+    SCOPED_TRACE(key);
+    const at::Tensor& t = sd.at(key);
+    const Json& w = want["tensors"][key];
+    EXPECT_EQ(dtype_name(t.scalar_type()), w["dtype"].get<std::string>());
+    EXPECT_EQ(t.sizes().vec(), w["shape"].get<std::vector<std::int64_t>>());
+    EXPECT_EQ(row_major_hex(t), w["hex"].get<std::string>());
+    EXPECT_TRUE(t.device().is_cpu());
+    if (!layout) continue;
+    EXPECT_EQ(t.strides().vec(), w["stride"].get<std::vector<std::int64_t>>());
+    EXPECT_EQ(t.storage_offset(), w["storage_offset"].get<std::int64_t>());
+    EXPECT_EQ(t.requires_grad(), w["requires_grad"].get<bool>());
+    const auto& owner = w["shares_storage_with"].get<std::string>();
+    if (owner != key) {
+      EXPECT_TRUE(t.storage().is_alias_of(sd.at(owner).storage()));
+    }
+  }
+  if (!layout) return;
+  if (want["metadata"].is_null()) {
+    EXPECT_TRUE(sd.metadata().empty());
+    return;
+  }
+  std::vector<std::string> prefixes;
+  for (const auto& [prefix, entries] : want["metadata"].items()) {
+    prefixes.push_back(prefix);
+    ASSERT_TRUE(sd.metadata().contains(prefix)) << prefix;
+    EXPECT_EQ(sd.metadata().at(prefix), entries.get<modhooks::Metadata>()) << prefix;
+  }
+  // nlohmann::json sorts object keys; the file's order is checked against Python's below.
+  EXPECT_EQ(sd.metadata().size(), prefixes.size());
+}
+
+/// Runs `load` and returns its error message, failing the test when it does not throw.
+std::string load_error(const std::function<void()>& load) {
+  try {
+    load();
+  } catch (const modhooks::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no modhooks::Error";
+  return "";
+}
+
+TEST(Checkpoint, LoadsPythonTorchSaveFiles) {
+  for (const char* name : {"mlp.pt", "cnn.pt", "parameters.pt", "dtypes.pt", "views.pt",
+                           "plain_dict.pt", "big_endian.pt"}) {
+    SCOPED_TRACE(name);
+    expect_matches(modhooks::load(fixture(name)), expected()[name], /*layout=*/true);
+  }
+}
+
+TEST(Checkpoint, KeepsMetadataInPythonsOrder) {
+  StateDict sd = modhooks::load(fixture("cnn.pt"));
+  EXPECT_EQ(sd.metadata().keys(), (std::vector<std::string>{"", "0", "1", "2", "3"}));
+  EXPECT_EQ(sd.metadata().at("1").at("version"), 2);  // BatchNorm's _version
+  const at::Tensor& tracked = sd.at("1.num_batches_tracked");
+  EXPECT_EQ(tracked.scalar_type(), c10::kLong);
+  EXPECT_EQ(tracked.dim(), 0);
+  EXPECT_EQ(tracked.item<std::int64_t>(), 3);
+}
+
+TEST(Checkpoint, ParametersKeepRequiresGrad) {
+  StateDict sd = modhooks::load(fixture("parameters.pt"));
+  EXPECT_TRUE(sd.at("0.weight").requires_grad());
+  EXPECT_TRUE(sd.at("2.bias").requires_grad());
+  EXPECT_FALSE(modhooks::load(fixture("mlp.pt")).at("0.weight").requires_grad());
+}
+
+TEST(Checkpoint, LoadsPythonSafetensors) {
+  expect_matches(modhooks::load(fixture("tensors.safetensors")), expected()["tensors.safetensors"],
+                 /*layout=*/false);
+}
+
+TEST(Checkpoint, NewDtypesLoadWhereLibtorchHasThem) {
+  if (kHasNewDtypes) {
+    expect_matches(modhooks::load(fixture("dtypes_v3.pt")), expected()["dtypes_v3.pt"], true);
+    expect_matches(modhooks::load(fixture("tensors_new.safetensors")),
+                   expected()["tensors_new.safetensors"], false);
+  } else {
+    EXPECT_NE(load_error([] { modhooks::load(fixture("dtypes_v3.pt")); }).find("'torch.uint16'"),
+              std::string::npos);
+    EXPECT_NE(load_error([] {
+                modhooks::load(fixture("tensors_new.safetensors"));
+              }).find("is not one this libtorch has"),
+              std::string::npos);
+  }
+}
+
+TEST(Checkpoint, RefusesWhatIsNotAStateDict) {
+  for (const auto& [name, text] : expected()["errors"].items()) {
+    SCOPED_TRACE(name);
+    const std::string message = load_error([&] { modhooks::load(fixture(name)); });
+    EXPECT_NE(message.find(text.get<std::string>()), std::string::npos) << message;
+    EXPECT_NE(message.find(fixture(name)), std::string::npos) << message;
+  }
+}
+
+TEST(Checkpoint, MissingFileNamesThePath) {
+  const std::string message = load_error([] { modhooks::load("/nonexistent/model.pt"); });
+  EXPECT_NE(message.find("/nonexistent/model.pt"), std::string::npos) << message;
+}
+
+/// A state dict with everything save must handle: every dtype of dtypes.pt, views, a
+/// non-contiguous tensor, a tensor that requires grad, metadata.
+StateDict awkward_state_dict() {
+  StateDict sd = modhooks::load(fixture("dtypes.pt"));
+  at::Tensor base = at::arange(24, at::kFloat).reshape({4, 6});
+  sd.insert_or_assign("view.transposed", base.t());
+  sd.insert_or_assign("view.column", base.select(1, 2));
+  sd.insert_or_assign("param", at::randn({3}).set_requires_grad(true));
+  sd.metadata().insert_or_assign("", {{"version", 1}});
+  sd.metadata().insert_or_assign("view", {{"version", 3}, {"big", std::int64_t{1} << 40}});
+  return sd;
+}
+
+TEST(Checkpoint, RoundTripsThroughBothFormats) {
+  const StateDict sd = awkward_state_dict();
+  const StateDict back = modhooks::detail::load_from_bytes(
+      modhooks::detail::save_to_bytes(sd, CheckpointFormat::kTorchSave),
+      CheckpointFormat::kTorchSave);
+  EXPECT_EQ(back.keys(), sd.keys());
+  for (const auto& [key, tensor] : sd) {
+    SCOPED_TRACE(key);
+    const at::Tensor& t = back.at(key);
+    EXPECT_EQ(t.scalar_type(), tensor.scalar_type());
+    EXPECT_EQ(t.sizes(), tensor.sizes());
+    EXPECT_TRUE(t.is_contiguous());
+    EXPECT_EQ(t.requires_grad(), tensor.requires_grad());
+    EXPECT_EQ(row_major_hex(t), row_major_hex(tensor));
+  }
+  EXPECT_EQ(back.metadata().keys(), sd.metadata().keys());
+  EXPECT_EQ(back.metadata().at("view"), sd.metadata().at("view"));
+
+  StateDict st;
+  for (const auto& [key, tensor] : sd) {
+    if (tensor.scalar_type() != c10::kComplexDouble) st.insert_or_assign(key, tensor);
+  }
+  const StateDict st_back = modhooks::detail::load_from_bytes(
+      modhooks::detail::save_to_bytes(st, CheckpointFormat::kSafetensors),
+      CheckpointFormat::kSafetensors);
+  EXPECT_EQ(st_back.keys(), st.keys());  // written and read back in state dict order
+  for (const auto& [key, tensor] : st) {
+    EXPECT_EQ(row_major_hex(st_back.at(key)), row_major_hex(tensor)) << key;
+  }
+}
+
+TEST(Checkpoint, PythonReadsWhatCppWrites) {
+  const std::string dir = fixture("");
+  std::string pairs;
+  for (const char* name : {"mlp.pt", "cnn.pt", "parameters.pt", "dtypes.pt", "views.pt"}) {
+    modhooks::save(modhooks::load(fixture(name)), dir + "cpp_" + name);
+    pairs += " " + dir + "cpp_" + name + "=" + name;
+  }
+  modhooks::save(modhooks::load(fixture("tensors.safetensors")), dir + "cpp_tensors.safetensors");
+  pairs += " " + dir + "cpp_tensors.safetensors=tensors.safetensors";
+  // torch.save layout from safetensors input and the other way round.
+  modhooks::save(modhooks::load(fixture("tensors.safetensors")), dir + "cpp_from_st.pt");
+  pairs += " " + dir + "cpp_from_st.pt=tensors.safetensors";
+  if (kHasNewDtypes) {
+    modhooks::save(modhooks::load(fixture("dtypes_v3.pt")), dir + "cpp_dtypes_v3.pt");
+    pairs += " " + dir + "cpp_dtypes_v3.pt=dtypes_v3.pt";
+    modhooks::save(modhooks::load(fixture("tensors_new.safetensors")),
+                   dir + "cpp_tensors_new.safetensors");
+    pairs += " " + dir + "cpp_tensors_new.safetensors=tensors_new.safetensors";
+  }
+  const std::string command = std::string("\"") + MODHOOKS_PYTHON + "\" \"" +
+                              MODHOOKS_TEST_SOURCE_DIR + "/python/check_cpp_checkpoints.py\" \"" +
+                              dir + "expected.json\"" + pairs;
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+
+TEST(Checkpoint, SaveRefusesWhatItCannotWrite) {
+  StateDict sd;
+  sd.insert_or_assign("ok", at::ones({2}));
+  sd.insert_or_assign("bad", at::Tensor());
+  std::string message = load_error([&] { modhooks::save(sd, fixture("never.pt")); });
+  EXPECT_NE(message.find("'bad' is an undefined tensor"), std::string::npos) << message;
+
+  StateDict complex;
+  complex.insert_or_assign("z", at::ones({2}, at::kComplexDouble));
+  message = load_error([&] { modhooks::save(complex, fixture("never.safetensors")); });
+  EXPECT_NE(message.find("'z': safetensors has no dtype"), std::string::npos) << message;
+
+  StateDict reserved;
+  reserved.insert_or_assign("__metadata__", at::ones({2}));
+  message = load_error([&] { modhooks::save(reserved, fixture("never.safetensors")); });
+  EXPECT_NE(message.find("reserved"), std::string::npos) << message;
+
+  message = load_error([&] { modhooks::save(complex, "/nonexistent/dir/model.pt"); });
+  EXPECT_NE(message.find("/nonexistent/dir/model.pt"), std::string::npos) << message;
+  EXPECT_FALSE(std::ifstream(fixture("never.pt")).good());
+}
+
+TEST(Checkpoint, FailedSaveKeepsTheOldFile) {
+  const std::string path = fixture("keep.pt");
+  StateDict good;
+  good.insert_or_assign("w", at::ones({3}));
+  modhooks::save(good, path);
+  StateDict bad;
+  bad.insert_or_assign("w", at::Tensor());
+  EXPECT_THROW(modhooks::save(bad, path), modhooks::Error);
+  EXPECT_TRUE(modhooks::load(path).at("w").equal(at::ones({3})));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile input: every outcome must be a state dict or a modhooks::Error.
+
+/// A torch.save archive with this data.pkl and these data/<key> records.
+std::string archive(const std::string& pickle, const std::map<std::string, std::string>& records) {
+  std::string bytes;
+  caffe2::serialize::PyTorchStreamWriter writer(
+      std::function<std::size_t(const void*, std::size_t)>([&](const void* p, std::size_t n) {
+        bytes.append(static_cast<const char*>(p), n);
+        return n;
+      }));
+  writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+  for (const auto& [key, data] : records) {
+    writer.writeRecord("data/" + key, data.data(), data.size());
+  }
+  writer.writeEndOfFile();
+  return bytes;
+}
+
+/// Loads and reports the outcome; anything other than success or modhooks::Error fails.
+enum class Outcome { kLoaded, kRefused };
+Outcome try_load(const std::string& bytes, CheckpointFormat format) {
+  try {
+    modhooks::detail::load_from_bytes(bytes, format);
+    return Outcome::kLoaded;
+  } catch (const modhooks::Error&) {
+    return Outcome::kRefused;
+  }
+}
+
+std::string pickle_error(const std::string& pickle,
+                         const std::map<std::string, std::string>& records = {}) {
+  return load_error([&] {
+    modhooks::detail::load_from_bytes(archive(pickle, records), CheckpointFormat::kTorchSave);
+  });
+}
+
+const std::string kOrderedDict =
+    "\x80\x02"
+    "ccollections\nOrderedDict\n)R"s;
+
+TEST(CheckpointHostile, RefusesSelfContainingDicts) {
+  // {}, memo 0, then d['a'] = d.
+  std::string message =
+      pickle_error(std::string("\x80\x02}q\x00X\x01\x00\x00\x00"
+                               "ah\x00s.",
+                               15));
+  EXPECT_NE(message.find("cannot contain itself"), std::string::npos) << message;
+}
+
+TEST(CheckpointHostile, RefusesDeepNesting) {
+  std::string pickle = "\x80\x02)";
+  for (int i = 0; i < 100; ++i) pickle += "\x85";  // TUPLE1, a hundred times
+  pickle += ".";
+  std::string message = pickle_error(pickle);
+  EXPECT_NE(message.find("nest deeper"), std::string::npos) << message;
+}
+
+TEST(CheckpointHostile, RefusesStoragesThatDisagreeWithTheirRecords) {
+  // OrderedDict with 'w' = _rebuild_tensor_v2(FloatStorage '0' of `numel`, 0, (n,), (1,), ...)
+  auto tensor_pickle = [](const std::string& numel, const std::string& size) {
+    return kOrderedDict + "X\x01\x00\x00\x00w"s + "ctorch._utils\n_rebuild_tensor_v2\n(" +
+           "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00"s + "0" +
+           "X\x03\x00\x00\x00"s + "cpu" + numel + "tQK\x00"s + size + "\x85K\x01\x85\x89" +
+           "ccollections\nOrderedDict\n)RtRs.";
+  };
+  const std::map<std::string, std::string> records = {{"0", std::string(16, '\0')}};
+  // A good one first, so the failures below are the ones intended.
+  EXPECT_EQ(modhooks::detail::load_from_bytes(archive(tensor_pickle("K\x04"s, "K\x04"s), records),
+                                              CheckpointFormat::kTorchSave)
+                .at("w")
+                .numel(),
+            4);
+  std::string message = pickle_error(tensor_pickle("K\x05"s, "K\x04"s), records);
+  EXPECT_NE(message.find("holds 16 bytes"), std::string::npos) << message;
+  message =
+      pickle_error(tensor_pickle(std::string("\x8a\x08\0\0\0\0\0\0\0\x40", 10), "K\x04"), records);
+  EXPECT_NE(message.find("overflows"), std::string::npos) << message;
+  message = pickle_error(tensor_pickle("K\x04"s, "K\x05"s), records);
+  EXPECT_NE(message.find("reaches beyond its storage of 16 bytes"), std::string::npos) << message;
+  message = pickle_error(tensor_pickle("K\x04"s, "K\x04"s), {});
+  EXPECT_NE(message.find("no record 'data/0'"), std::string::npos) << message;
+}
+
+TEST(CheckpointHostile, RefusesOtherAttributesAndTruncation) {
+  std::string message = pickle_error(kOrderedDict + "}X\x04\x00\x00\x00"s + "evil" + "K\x01sb.");
+  EXPECT_NE(message.find("'evil'"), std::string::npos) << message;
+  message = pickle_error(kOrderedDict);
+  EXPECT_NE(message.find("without STOP"), std::string::npos) << message;
+  message = pickle_error("\x80\x02h\x07.");
+  EXPECT_NE(message.find("memo index 7"), std::string::npos) << message;
+}
+
+/// Offset of the central directory entry of the record ending in `suffix`.
+std::size_t central_entry(const std::string& zip, const std::string& suffix) {
+  for (std::size_t at = zip.find("PK\x01\x02"); at != std::string::npos;
+       at = zip.find("PK\x01\x02", at + 1)) {
+    const std::size_t name_size =
+        static_cast<unsigned char>(zip[at + 28]) | static_cast<unsigned char>(zip[at + 29]) << 8;
+    const std::string name = zip.substr(at + 46, name_size);
+    if (name.size() >= suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return at;
+    }
+  }
+  ADD_FAILURE() << "no central directory entry for " << suffix;
+  return 0;
+}
+
+TEST(CheckpointHostile, RefusesZipSizesBeyondTheFile) {
+  const std::string original = read_file(fixture("mlp.pt"));
+  const std::size_t entry = central_entry(original, "data/0");
+  std::string huge = original;
+  for (std::size_t i : {20, 24}) huge.replace(entry + i, 4, "\x00\x00\x00\x40", 4);  // 1 GiB
+  std::string message =
+      load_error([&] { modhooks::detail::load_from_bytes(huge, CheckpointFormat::kTorchSave); });
+  EXPECT_NE(message.find("runs past the data area"), std::string::npos) << message;
+  std::string zip64 = original;
+  for (std::size_t i : {20, 24}) zip64.replace(entry + i, 4, "\xff\xff\xff\xff", 4);
+  message =
+      load_error([&] { modhooks::detail::load_from_bytes(zip64, CheckpointFormat::kTorchSave); });
+  EXPECT_NE(message.find("zip64 extra field"), std::string::npos) << message;
+}
+
+TEST(CheckpointHostile, RefusesBadSafetensorsHeaders) {
+  auto file = [](const std::string& header, std::size_t data) {
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(header.size() >> (8 * i));
+    return bytes + header + std::string(data, '\0');
+  };
+  auto error = [](const std::string& bytes) {
+    return load_error(
+        [&] { modhooks::detail::load_from_bytes(bytes, CheckpointFormat::kSafetensors); });
+  };
+  const std::string a = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+  EXPECT_EQ(
+      modhooks::detail::load_from_bytes(file("{" + a + "}", 8), CheckpointFormat::kSafetensors)
+          .size(),
+      1u);
+  EXPECT_NE(error(file("{" + a + "}", 12)).find("cover 8 bytes, but 12"), std::string::npos);
+  EXPECT_NE(error(file("{" + a + "}", 4)).find("cover 8 bytes, but 4"), std::string::npos);
+  EXPECT_NE(error(file("{" + a + R"(,"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8))
+                .find("'b' starts at data offset 4, expected 8"),
+            std::string::npos);
+  EXPECT_NE(error(file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8))
+                .find("needs 12 bytes"),
+            std::string::npos);
+  EXPECT_NE(error(file(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,8]}})", 8))
+                .find("not a non-negative integer"),
+            std::string::npos);
+  EXPECT_NE(
+      error(file(R"({"a":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", 8)).find("dtype 'Q7'"),
+      std::string::npos);
+  EXPECT_NE(error(file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],)"
+                       R"("data_offsets":[0,8]}})",
+                       8))
+                .find("overflows"),
+            std::string::npos);
+  EXPECT_NE(error(file("{" + a, 8)).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10)).find("header length"),
+            std::string::npos);
+}
+
+/// Every truncation and `flips` deterministic single-bit flips of `bytes`.
+void fuzz(const std::string& bytes, CheckpointFormat format, int flips,
+          const std::function<std::string(const std::string&)>& wrap) {
+  int loaded = 0;
+  int refused = 0;
+  auto run = [&](const std::string& mutated) {
+    (try_load(wrap(mutated), format) == Outcome::kLoaded ? loaded : refused)++;
+  };
+  for (std::size_t n = 0; n < bytes.size(); ++n) run(bytes.substr(0, n));
+  std::uint64_t state = 0x9E3779B97F4A7C15u;
+  for (int i = 0; i < flips; ++i) {
+    state = state * 6364136223846793005u + 1442695040888963407u;
+    std::string mutated = bytes;
+    const std::size_t bit = (state >> 17) % (bytes.size() * 8);
+    mutated[bit / 8] = static_cast<char>(mutated[bit / 8] ^ (1 << (bit % 8)));
+    run(mutated);
+  }
+  // Every truncation is an error; so much variety means some flips (in tensor data) still load.
+  EXPECT_GE(refused, static_cast<int>(bytes.size()));
+  testing::Test::RecordProperty("loaded", loaded);
+}
+
+std::string as_is(const std::string& bytes) { return bytes; }
+
+TEST(CheckpointFuzz, TruncatedAndFlippedTorchSaveFiles) {
+  fuzz(read_file(fixture("mlp.pt")), CheckpointFormat::kTorchSave, 400, as_is);
+}
+
+TEST(CheckpointFuzz, TruncatedAndFlippedSafetensorsFiles) {
+  fuzz(read_file(fixture("tensors.safetensors")), CheckpointFormat::kSafetensors, 400, as_is);
+}
+
+TEST(CheckpointFuzz, TruncatedAndFlippedPickles) {
+  // The zip's CRCs would catch most damage before the unpickler runs, so the damaged data.pkl
+  // goes into a freshly written, valid archive beside the original storage records.
+  for (const char* name : {"cnn.pt", "views.pt", "dtypes.pt"}) {
+    SCOPED_TRACE(name);
+    caffe2::serialize::PyTorchStreamReader reader(fixture(name));
+    std::map<std::string, std::string> records;
+    std::string pickle;
+    for (const std::string& record : reader.getAllRecords()) {
+      auto data = reader.getRecord(record);
+      std::string bytes(static_cast<const char*>(std::get<0>(data).get()), std::get<1>(data));
+      if (record == "data.pkl") pickle = bytes;
+      if (record.rfind("data/", 0) == 0) records[record.substr(5)] = bytes;
+    }
+    ASSERT_FALSE(pickle.empty());
+    fuzz(pickle, CheckpointFormat::kTorchSave, 400,
+         [&](const std::string& mutated) { return archive(mutated, records); });
+  }
+}
+
+}  // namespace
