@@ -21,7 +21,8 @@ decltype(auto) invoke_hook(F& hook, BaseOf<T>& module, A&&... args) {
   if constexpr (std::is_invocable_v<F&, BaseOf<T>&, A...>) {
     return hook(module, std::forward<A>(args)...);
   } else {
-    return hook(static_cast<T&>(module), std::forward<A>(args)...);
+    // dynamic_cast: libtorch 1.13 modules derive from Module virtually.
+    return hook(dynamic_cast<T&>(module), std::forward<A>(args)...);
   }
 }
 
