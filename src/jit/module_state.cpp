@@ -16,11 +16,6 @@ namespace modhooks {
 namespace detail {
 namespace {
 
-ModuleTable<JitStateHooks>& jit_state_table() {
-  static ModuleTable<JitStateHooks> table;
-  return table;
-}
-
 /// How the traversal walks TorchScript modules: the same algorithm as for nn modules.
 struct JitAdapter {
   using Module = torch::jit::Module;
@@ -63,11 +58,11 @@ struct JitAdapter {
 }  // namespace
 
 std::shared_ptr<JitStateHooks> find_state_hooks(const torch::jit::Module& module) {
-  return jit_entry_find(jit_state_table(), module);
+  return jit_entry_find(table_of<JitStateHooks>(), module);
 }
 
 std::shared_ptr<JitStateHooks> state_hooks_for(torch::jit::Module& module) {
-  return jit_entry_for(jit_state_table(), module);
+  return jit_entry_for(table_of<JitStateHooks>(), module);
 }
 
 }  // namespace detail

@@ -6,21 +6,12 @@
 
 namespace modhooks {
 namespace detail {
-namespace {
-
-ModuleTable<JitHooks>& jit_table() {
-  static ModuleTable<JitHooks> table;
-  return table;
-}
-
-}  // namespace
-
 std::shared_ptr<JitHooks> find_hooks(const torch::jit::Module& module) {
-  return jit_entry_find(jit_table(), module);
+  return jit_entry_find(table_of<JitHooks>(), module);
 }
 
 std::shared_ptr<JitHooks> hooks_for(torch::jit::Module& module) {
-  return jit_entry_for(jit_table(), module);
+  return jit_entry_for(table_of<JitHooks>(), module);
 }
 
 }  // namespace detail

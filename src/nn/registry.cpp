@@ -4,21 +4,12 @@
 
 namespace modhooks {
 namespace detail {
-namespace {
-
-ModuleTable<NnHooks>& nn_table() {
-  static ModuleTable<NnHooks> table;
-  return table;
-}
-
-}  // namespace
-
 std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module) {
-  return nn_table().find(&module);
+  return table_of<NnHooks>().find(&module);
 }
 
 std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module) {
-  return entry_for(nn_table(), module);
+  return entry_for(table_of<NnHooks>(), module);
 }
 
 const std::shared_ptr<NnHooks>& global_hooks() {

@@ -11,11 +11,6 @@ namespace modhooks {
 namespace detail {
 namespace {
 
-ModuleTable<NnStateHooks>& state_table() {
-  static ModuleTable<NnStateHooks> table;
-  return table;
-}
-
 /// How the traversal walks torch::nn modules.
 struct NnAdapter {
   using Module = torch::nn::Module;
@@ -65,11 +60,11 @@ struct NnAdapter {
 }  // namespace
 
 std::shared_ptr<NnStateHooks> find_state_hooks(const torch::nn::Module& module) {
-  return state_table().find(&module);
+  return table_of<NnStateHooks>().find(&module);
 }
 
 std::shared_ptr<NnStateHooks> state_hooks_for(torch::nn::Module& module) {
-  return entry_for(state_table(), module);
+  return entry_for(table_of<NnStateHooks>(), module);
 }
 
 }  // namespace detail

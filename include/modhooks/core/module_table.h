@@ -77,5 +77,12 @@ class ModuleTable {
   std::size_t sweep_at_ = kMinSweep;
 };
 
+/// The process's one table of `Hooks` entries (one per module kind and layer).
+template <class Hooks>
+ModuleTable<Hooks>& table_of() {
+  static ModuleTable<Hooks> table;
+  return table;
+}
+
 }  // namespace detail
 }  // namespace modhooks
