@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "modhooks/state/detail/checkpoint_bytes.h"
+#include "test_util.h"
 
 namespace {
 
@@ -133,17 +134,6 @@ void expect_matches(const StateDict& sd, const Json& want, bool layout) {
   EXPECT_EQ(sd.metadata().size(), prefixes.size());
 }
 
-/// Runs `load` and returns its error message, failing the test when it does not throw.
-std::string load_error(const std::function<void()>& load) {
-  try {
-    load();
-  } catch (const modhooks::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no modhooks::Error";
-  return "";
-}
-
 TEST(Checkpoint, LoadsPythonTorchSaveFiles) {
   for (const char* name : {"mlp.pt", "cnn.pt", "parameters.pt", "dtypes.pt", "views.pt",
                            "plain_dict.pt", "big_endian.pt"}) {
@@ -180,9 +170,9 @@ TEST(Checkpoint, NewDtypesLoadWhereLibtorchHasThem) {
     expect_matches(modhooks::load(fixture("tensors_new.safetensors")),
                    expected()["tensors_new.safetensors"], false);
   } else {
-    EXPECT_NE(load_error([] { modhooks::load(fixture("dtypes_v3.pt")); }).find("'torch.uint16'"),
+    EXPECT_NE(message_of([] { modhooks::load(fixture("dtypes_v3.pt")); }).find("'torch.uint16'"),
               std::string::npos);
-    EXPECT_NE(load_error([] {
+    EXPECT_NE(message_of([] {
                 modhooks::load(fixture("tensors_new.safetensors"));
               }).find("is not one this libtorch has"),
               std::string::npos);
@@ -192,14 +182,14 @@ TEST(Checkpoint, NewDtypesLoadWhereLibtorchHasThem) {
 TEST(Checkpoint, RefusesWhatIsNotAStateDict) {
   for (const auto& [name, text] : expected()["errors"].items()) {
     SCOPED_TRACE(name);
-    const std::string message = load_error([&] { modhooks::load(fixture(name)); });
+    const std::string message = message_of([&] { modhooks::load(fixture(name)); });
     EXPECT_NE(message.find(text.get<std::string>()), std::string::npos) << message;
     EXPECT_NE(message.find(fixture(name)), std::string::npos) << message;
   }
 }
 
 TEST(Checkpoint, MissingFileNamesThePath) {
-  const std::string message = load_error([] { modhooks::load("/nonexistent/model.pt"); });
+  const std::string message = message_of([] { modhooks::load("/nonexistent/model.pt"); });
   EXPECT_NE(message.find("/nonexistent/model.pt"), std::string::npos) << message;
 }
 
@@ -276,20 +266,20 @@ TEST(Checkpoint, SaveRefusesWhatItCannotWrite) {
   StateDict sd;
   sd.insert_or_assign("ok", at::ones({2}));
   sd.insert_or_assign("bad", at::Tensor());
-  std::string message = load_error([&] { modhooks::save(sd, fixture("never.pt")); });
+  std::string message = message_of([&] { modhooks::save(sd, fixture("never.pt")); });
   EXPECT_NE(message.find("'bad' is an undefined tensor"), std::string::npos) << message;
 
   StateDict complex;
   complex.insert_or_assign("z", at::ones({2}, at::kComplexDouble));
-  message = load_error([&] { modhooks::save(complex, fixture("never.safetensors")); });
+  message = message_of([&] { modhooks::save(complex, fixture("never.safetensors")); });
   EXPECT_NE(message.find("'z': safetensors has no dtype"), std::string::npos) << message;
 
   StateDict reserved;
   reserved.insert_or_assign("__metadata__", at::ones({2}));
-  message = load_error([&] { modhooks::save(reserved, fixture("never.safetensors")); });
+  message = message_of([&] { modhooks::save(reserved, fixture("never.safetensors")); });
   EXPECT_NE(message.find("reserved"), std::string::npos) << message;
 
-  message = load_error([&] { modhooks::save(complex, "/nonexistent/dir/model.pt"); });
+  message = message_of([&] { modhooks::save(complex, "/nonexistent/dir/model.pt"); });
   EXPECT_NE(message.find("/nonexistent/dir/model.pt"), std::string::npos) << message;
   EXPECT_FALSE(std::ifstream(fixture("never.pt")).good());
 }
@@ -337,7 +327,7 @@ Outcome try_load(const std::string& bytes, CheckpointFormat format) {
 
 std::string pickle_error(const std::string& pickle,
                          const std::map<std::string, std::string>& records = {}) {
-  return load_error([&] {
+  return message_of([&] {
     modhooks::detail::load_from_bytes(archive(pickle, records), CheckpointFormat::kTorchSave);
   });
 }
@@ -420,12 +410,12 @@ TEST(CheckpointHostile, RefusesZipSizesBeyondTheFile) {
   std::string huge = original;
   for (std::size_t i : {20, 24}) huge.replace(entry + i, 4, "\x00\x00\x00\x40", 4);  // 1 GiB
   std::string message =
-      load_error([&] { modhooks::detail::load_from_bytes(huge, CheckpointFormat::kTorchSave); });
+      message_of([&] { modhooks::detail::load_from_bytes(huge, CheckpointFormat::kTorchSave); });
   EXPECT_NE(message.find("runs past the data area"), std::string::npos) << message;
   std::string zip64 = original;
   for (std::size_t i : {20, 24}) zip64.replace(entry + i, 4, "\xff\xff\xff\xff", 4);
   message =
-      load_error([&] { modhooks::detail::load_from_bytes(zip64, CheckpointFormat::kTorchSave); });
+      message_of([&] { modhooks::detail::load_from_bytes(zip64, CheckpointFormat::kTorchSave); });
   EXPECT_NE(message.find("zip64 extra field"), std::string::npos) << message;
 }
 
@@ -436,7 +426,7 @@ TEST(CheckpointHostile, RefusesBadSafetensorsHeaders) {
     return bytes + header + std::string(data, '\0');
   };
   auto error = [](const std::string& bytes) {
-    return load_error(
+    return message_of(
         [&] { modhooks::detail::load_from_bytes(bytes, CheckpointFormat::kSafetensors); });
   };
   const std::string a = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";

@@ -28,6 +28,7 @@
 #include "modhooks/device/detail/acl_runtime.h"
 #include "modhooks/device/detail/npu_ops.h"
 #include "modhooks/device/grad.h"
+#include "test_util.h"
 
 namespace {
 
@@ -104,16 +105,6 @@ void expect_clean(long allocations_before, long objects_before) {
   EXPECT_EQ(fake_acl_live_objects(), objects_before) << fake_acl_calls();
   EXPECT_EQ(fake_acl_pending_tasks(), 0);
   EXPECT_STREQ(fake_acl_violations(), "");
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const modhooks::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no modhooks::Error thrown";
-  return "";
 }
 
 TEST(AclLibrary, SearchOrderFollowsSettingsThenEnvironmentThenStandardPaths) {

@@ -22,6 +22,7 @@
 #include "modhooks/device/grad.h"
 #include "modhooks/nn/call.h"
 #include "modhooks/nn/register.h"
+#include "test_util.h"
 
 namespace {
 
@@ -29,16 +30,6 @@ using TensorList = std::vector<at::Tensor>;
 using PreHook = std::function<std::optional<TensorList>(torch::nn::Module&, const TensorList&)>;
 using FullHook = std::function<std::optional<TensorList>(torch::nn::Module&, const TensorList&,
                                                          const TensorList&)>;
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const modhooks::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no modhooks::Error thrown";
-  return "";
-}
 
 /// A module type that is not a torch::nn::Module, to show hooks accept any module type.
 struct PlainModel {};
