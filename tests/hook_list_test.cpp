@@ -13,7 +13,7 @@ using List = modhooks::detail::HookList<int>;
 
 std::vector<int> values(const List& list) {
   std::vector<int> out;
-  for (const auto& e : *list.snapshot()) out.push_back(e.hook);
+  list.for_each([&](int hook) { out.push_back(hook); });
   return out;
 }
 
@@ -68,7 +68,7 @@ TEST(HookList, ConcurrentAddRemoveAndDispatch) {
   std::atomic<long> seen{0};
   std::thread reader([&] {
     while (!stop.load()) {
-      for (const auto& e : *list.snapshot()) seen += e.hook;
+      list.for_each([&](int hook) { seen += hook; });
     }
   });
   std::vector<std::thread> writers;

@@ -253,6 +253,23 @@ TEST(LoadStateDictHooks, PostHooksEditTheListsAndStrictUsesTheEditedOnes) {
   EXPECT_TRUE(keys.missing_keys.empty() && keys.unexpected_keys.empty());
 }
 
+TEST(LoadStateDictHooks, HooksMayRemoveThemselvesWhileRunning) {
+  Net net;
+  auto sd = modhooks::state_dict(Net());
+  int calls = 0;
+  auto handles = std::make_shared<std::vector<modhooks::RemovableHandle>>();
+  for (int i = 0; i < 3; ++i) {
+    handles->push_back(modhooks::register_load_state_dict_post_hook(
+        net, [&calls, handles, i](torch::nn::Module&, IncompatibleKeys&) {
+          ++calls;
+          (*handles)[i].remove();
+        }));
+  }
+  modhooks::load_state_dict(net, sd);
+  modhooks::load_state_dict(net, sd);
+  EXPECT_EQ(calls, 3);
+}
+
 TEST(LoadStateDictHooks, StrictFailureAfterPostHooksUndoesTheLoad) {
   Net net;
   const auto before = net->linear1->weight.clone();

@@ -76,6 +76,14 @@ class HookList final : public HookTableBase {
     return entries_;
   }
 
+  /// Calls `f(hook)` for each hook of a snapshot, which it keeps alive while iterating (a
+  /// range-for over `*snapshot()` would not: the temporary shared_ptr dies first).
+  template <class F>
+  void for_each(F&& f) const {
+    const Snapshot hooks = snapshot();
+    for (const auto& entry : *hooks) f(entry.hook);
+  }
+
   std::size_t size() const { return snapshot()->size(); }
   bool empty() const { return size() == 0; }
 

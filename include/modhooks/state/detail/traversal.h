@@ -59,8 +59,7 @@ void collect_state_dict(typename Adapter::Module& module, const std::string& pre
   Metadata local_metadata{{"version", 1}};
   out.metadata().insert_or_assign(without_dot(prefix), local_metadata);
   if (hooks) {
-    for (const auto& entry : *hooks->state_dict_pre.snapshot())
-      entry.hook(module, prefix, keep_vars);
+    hooks->state_dict_pre.for_each([&](const auto& hook) { hook(module, prefix, keep_vars); });
   }
   for (auto& own : Adapter::own_tensors(module)) {
     out.insert_or_assign(prefix + own.name, keep_vars ? own.tensor : own.tensor.detach());
@@ -69,9 +68,8 @@ void collect_state_dict(typename Adapter::Module& module, const std::string& pre
     collect_state_dict<Adapter>(*child, prefix + name + ".", keep_vars, out);
   }
   if (hooks) {
-    for (const auto& entry : *hooks->state_dict_post.snapshot()) {
-      entry.hook(module, out, prefix, local_metadata);
-    }
+    hooks->state_dict_post.for_each(
+        [&](const auto& hook) { hook(module, out, prefix, local_metadata); });
   }
 }
 
@@ -163,10 +161,10 @@ class Loader {
       if (!working_) working_ = std::make_unique<StateDict>(input_);  // the caller's stays as is
       const Metadata local_metadata = metadata_of(*working_, node.prefix);
       if (node.prefix.empty()) {
-        for (const auto& entry : *node.hooks->load_pre.snapshot()) {
-          entry.hook(*node.module, *working_, node.prefix, local_metadata, true, node.missing,
-                     node.unexpected, errors_);
-        }
+        node.hooks->load_pre.for_each([&](const auto& hook) {
+          hook(*node.module, *working_, node.prefix, local_metadata, true, node.missing,
+               node.unexpected, errors_);
+        });
         continue;
       }
       // A child's hooks see only its keys; what they leave under its prefix replaces them.
@@ -178,10 +176,10 @@ class Loader {
           owned.push_back(key);
         }
       }
-      for (const auto& entry : *node.hooks->load_pre.snapshot()) {
-        entry.hook(*node.module, sub, node.prefix, local_metadata, true, node.missing,
-                   node.unexpected, errors_);
-      }
+      node.hooks->load_pre.for_each([&](const auto& hook) {
+        hook(*node.module, sub, node.prefix, local_metadata, true, node.missing, node.unexpected,
+             errors_);
+      });
       for (const auto& key : owned) working_->erase(key);
       for (const auto& [key, tensor] : sub) {
         if (key.compare(0, node.prefix.size(), node.prefix) == 0) {
@@ -272,7 +270,7 @@ class Loader {
     for (; flushed < nodes_[index].subtree_end; ++flushed) append(keys, nodes_[flushed]);
     const Node& node = nodes_[index];
     if (!node.hooks) return;
-    for (const auto& entry : *node.hooks->load_post.snapshot()) entry.hook(*node.module, keys);
+    node.hooks->load_post.for_each([&](const auto& hook) { hook(*node.module, keys); });
   }
 
   /// Copies (or, with `assign`, swaps in) every matched tensor. Returns what undoes it when
