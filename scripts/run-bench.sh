@@ -2,9 +2,7 @@
 # Runs the C++ benchmarks and their Python baselines in one go, on this machine.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-build="${MODHOOKS_BUILD_DIR:-$MODHOOKS_ROOT/build}"
-cmake -S "$MODHOOKS_ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$MODHOOKS_TORCH_PREFIX" -DMODHOOKS_PYTHON="$MODHOOKS_PYTHON" >/dev/null
+modhooks_configure
 cmake --build "$build" -j "$MODHOOKS_JOBS" --target modhooks_benchmarks
 export OMP_NUM_THREADS=1
 for b in "$build"/bench/*_bench; do

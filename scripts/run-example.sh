@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds and runs the main example: a small C++ training loop with modhooks hooks.
+# Builds and runs the examples: a small C++ training loop with modhooks hooks, then a checkpoint
+# that Python writes here, loaded into a C++ model whose layers have other names.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-build="${MODHOOKS_BUILD_DIR:-$MODHOOKS_ROOT/build}"
-cmake -S "$MODHOOKS_ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$MODHOOKS_TORCH_PREFIX" -DMODHOOKS_PYTHON="$MODHOOKS_PYTHON" >/dev/null
-cmake --build "$build" -j "$MODHOOKS_JOBS" --target train_hooks
+modhooks_configure
+cmake --build "$build" -j "$MODHOOKS_JOBS" --target train_hooks python_checkpoint
 "$build/examples/train_hooks"
+"$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/examples/write_checkpoint.py" "$build/examples/python-checkpoint"
+"$build/examples/python_checkpoint" "$build/examples/python-checkpoint"

@@ -34,3 +34,11 @@ export MODHOOKS_TORCH_PREFIX
 # ccache caches precompiled-header builds only with these.
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 export MODHOOKS_JOBS="${MODHOOKS_JOBS:-$(nproc)}"
+
+# Configures the Release build in ${MODHOOKS_BUILD_DIR:-build} against the pinned torch; extra
+# arguments go to CMake. Sets `build` to its folder.
+modhooks_configure() {
+  build="${MODHOOKS_BUILD_DIR:-$MODHOOKS_ROOT/build}"
+  cmake -S "$MODHOOKS_ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$MODHOOKS_TORCH_PREFIX" -DMODHOOKS_PYTHON="$MODHOOKS_PYTHON" "$@" >/dev/null
+}

@@ -6,9 +6,17 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
 #include <c10/util/Exception.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/equal.h>
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/api/include/torch/version.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -22,6 +30,7 @@
 #include <vector>
 
 #include "modhooks/state/detail/checkpoint_bytes.h"
+#include "modhooks/state/module_state.h"
 #include "test_util.h"
 
 namespace {
@@ -157,6 +166,45 @@ TEST(Checkpoint, ParametersKeepRequiresGrad) {
   EXPECT_TRUE(sd.at("0.weight").requires_grad());
   EXPECT_TRUE(sd.at("2.bias").requires_grad());
   EXPECT_FALSE(modhooks::load(fixture("mlp.pt")).at("0.weight").requires_grad());
+}
+
+// Python's models, saved with torch.save(model.state_dict(), f), loaded as they are into their C++
+// twins, which then compute what Python's computed (oracle_checkpoints.model_outputs).
+void expect_close(const at::Tensor& cpp, const at::Tensor& python) {
+  ASSERT_EQ(cpp.sizes(), python.sizes());
+  EXPECT_TRUE(at::allclose(cpp, python, /*rtol=*/1e-5, /*atol=*/1e-6))
+      << "C++:\n" << cpp << "\nPython:\n" << python;
+}
+
+TEST(PythonModels, MlpCheckpointGivesPythonsOutputs) {
+  torch::nn::Sequential mlp(torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 3));
+  const auto keys = modhooks::load_state_dict(mlp, modhooks::load(fixture("mlp.pt")));
+  EXPECT_TRUE(keys.missing_keys.empty() && keys.unexpected_keys.empty());
+  const StateDict io = modhooks::load(fixture("outputs.pt"));
+  at::NoGradGuard no_grad;
+  mlp->eval();
+  expect_close(mlp->forward(io.at("mlp.input")), io.at("mlp.output"));
+}
+
+TEST(PythonModels, CnnWithBatchNormGivesPythonsOutputsAndBuffers) {
+  using torch::nn::Conv2dOptions;
+  torch::nn::BatchNorm2d norm(4);
+  torch::nn::Sequential cnn(torch::nn::Conv2d(Conv2dOptions(3, 4, 3)), norm, torch::nn::ReLU(),
+                            torch::nn::Conv2d(Conv2dOptions(4, 2, 3)));
+  modhooks::load_state_dict(cnn, modhooks::load(fixture("cnn.pt")));
+  EXPECT_EQ(norm->num_batches_tracked.scalar_type(), c10::kLong);
+  EXPECT_EQ(norm->num_batches_tracked.item<std::int64_t>(), 3);
+
+  const StateDict io = modhooks::load(fixture("outputs.pt"));
+  at::NoGradGuard no_grad;
+  cnn->eval();
+  expect_close(cnn->forward(io.at("cnn.input")), io.at("cnn.eval_output"));
+  // A train-mode step uses the batch's statistics and moves the buffers as Python's did.
+  cnn->train();
+  expect_close(cnn->forward(io.at("cnn.input")), io.at("cnn.train_output"));
+  expect_close(norm->running_mean, io.at("cnn.1.running_mean"));
+  expect_close(norm->running_var, io.at("cnn.1.running_var"));
+  EXPECT_TRUE(at::equal(norm->num_batches_tracked, io.at("cnn.1.num_batches_tracked")));
 }
 
 TEST(Checkpoint, LoadsPythonSafetensors) {

@@ -2,10 +2,11 @@
 
 Writes under <out>/checkpoints/: torch.save files (state dicts of an MLP and of a CNN with
 BatchNorm, every dtype, views sharing a storage, parameters, a big-endian file, objects that are
-not state dicts), a safetensors file, and expected.json describing every tensor of every file
-that must load: dtype, shape, stride, storage offset and the hex of its bytes in row-major order,
-plus `_metadata` and which entries share a storage. check_cpp_checkpoints.py compares the files
-the C++ tests write back against the same description.
+not state dicts, and what the MLP and the CNN compute on given inputs), a safetensors file, and
+expected.json describing every tensor of every file that must load: dtype, shape, stride,
+storage offset and the hex of its bytes in row-major order, plus `_metadata` and which entries
+share a storage. check_cpp_checkpoints.py compares the files the C++ tests write back against
+the same description.
 """
 import collections
 import ctypes
@@ -113,6 +114,25 @@ def cnn():
     return model
 
 
+def model_outputs(generator):
+    """What the MLP and the CNN of mlp.pt and cnn.pt compute, for the C++ twins to reproduce:
+    the MLP's output; the CNN's output in eval mode, then in train mode, and its BatchNorm
+    buffers after that train-mode step."""
+    outputs = collections.OrderedDict()
+    model = mlp().eval()
+    outputs["mlp.input"] = torch.randn(5, 4, generator=generator)
+    cnn_model = cnn().eval()
+    outputs["cnn.input"] = torch.randn(2, 3, 8, 8, generator=generator)
+    with torch.no_grad():
+        outputs["mlp.output"] = model(outputs["mlp.input"])
+        outputs["cnn.eval_output"] = cnn_model(outputs["cnn.input"])
+        cnn_model.train()
+        outputs["cnn.train_output"] = cnn_model(outputs["cnn.input"])
+    for name, buffer in cnn_model[1].named_buffers():
+        outputs["cnn.1." + name] = buffer.clone()
+    return outputs
+
+
 def big_endian_copy(source, target):
     """Rewrites a little-endian torch.save archive as a big-endian host would have written it."""
     buffer = io.BytesIO(source.read_bytes())
@@ -172,6 +192,7 @@ def main(out_dir: pathlib.Path):
     save("views.pt", views)
 
     save("plain_dict.pt", dict(mlp().state_dict()))
+    torch.save(model_outputs(generator), out / "outputs.pt")
 
     big = out / "big_endian.pt"
     big_endian_copy(out / "dtypes.pt", big)
