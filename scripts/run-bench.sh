@@ -5,6 +5,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 modhooks_configure
 cmake --build "$build" -j "$MODHOOKS_JOBS" --target modhooks_benchmarks
 export OMP_NUM_THREADS=1
+# Python writes the 512 MiB torch.save file that both sides then load.
+export MODHOOKS_BENCH_CHECKPOINT="$build/bench/python-512MiB.pt"
+"$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/python_state_bench.py" "$MODHOOKS_BENCH_CHECKPOINT"
 for b in "$build"/bench/*_bench; do
   "$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_min_time=0.2
 done

@@ -1,0 +1,137 @@
+// Cost of state dicts and checkpoints, each figure beside its baseline from the same run:
+//   - 5000 x Linear(4,4) (10,000 tensors): state_dict() against named_parameters() with the
+//     tensors detached, load_state_dict() against a named_parameters() + copy_ loop;
+//   - a 512 MiB model (8 x Linear(4096,4096)): load_state_dict() against the same copy_ loop, as
+//     bytes per second;
+//   - load() of a 512 MiB file written by Python's torch.save against reading its bytes.
+// Python's figures for the same cases (its load_state_dict, its copy_ loop, torch.load of the
+// same file) come from bench/python_state_bench.py, which writes that file (run-bench.sh).
+#include <ATen/core/grad_mode.h>
+#include <benchmark/benchmark.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/linear.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "modhooks/modhooks.h"
+
+namespace {
+
+torch::nn::ModuleList linears(int count, int features) {
+  torch::nn::ModuleList model;
+  for (int i = 0; i < count; ++i) model->push_back(torch::nn::Linear(features, features));
+  return model;
+}
+
+/// What a user without modhooks writes to load weights: walk named_parameters(), copy_ each.
+void copy_loop(torch::nn::Module& model, const modhooks::StateDict& source) {
+  at::NoGradGuard no_grad;
+  for (auto& parameter : model.named_parameters()) {
+    parameter.value().copy_(source.at(parameter.key()));
+  }
+}
+
+/// A state dict with the model's keys and fresh values, so that loads really copy.
+modhooks::StateDict fresh_values(torch::nn::Module& model) {
+  modhooks::StateDict sd = modhooks::state_dict(model);
+  for (auto& [key, tensor] : sd) tensor = at::randn_like(tensor);
+  return sd;
+}
+
+void BM_ManyLinear_NamedParametersDetached(benchmark::State& state) {
+  auto model = linears(5000, 4);
+  for (auto _ : state) {
+    std::vector<at::Tensor> detached;
+    for (const auto& parameter : model->named_parameters()) {
+      detached.push_back(parameter.value().detach());
+    }
+    benchmark::DoNotOptimize(detached);
+  }
+}
+BENCHMARK(BM_ManyLinear_NamedParametersDetached)->Unit(benchmark::kMillisecond);
+
+void BM_ManyLinear_StateDict(benchmark::State& state) {
+  auto model = linears(5000, 4);
+  for (auto _ : state) benchmark::DoNotOptimize(modhooks::state_dict(model));
+}
+BENCHMARK(BM_ManyLinear_StateDict)->Unit(benchmark::kMillisecond);
+
+void BM_ManyLinear_CopyLoop(benchmark::State& state) {
+  auto model = linears(5000, 4);
+  const auto source = fresh_values(*model);
+  for (auto _ : state) copy_loop(*model, source);
+}
+BENCHMARK(BM_ManyLinear_CopyLoop)->Unit(benchmark::kMillisecond);
+
+void BM_ManyLinear_LoadStateDict(benchmark::State& state) {
+  auto model = linears(5000, 4);
+  const auto source = fresh_values(*model);
+  for (auto _ : state) benchmark::DoNotOptimize(modhooks::load_state_dict(model, source));
+}
+BENCHMARK(BM_ManyLinear_LoadStateDict)->Unit(benchmark::kMillisecond);
+
+constexpr int64_t kBigBytes = 8 * (4096 * 4096 + 4096) * 4;
+
+/// One 512 MiB model and source for both figures, so that both copy between the same pages.
+struct BigModel {
+  torch::nn::ModuleList model = linears(8, 4096);
+  modhooks::StateDict source = fresh_values(*model);
+};
+BigModel& big_model() {
+  static BigModel big;
+  return big;
+}
+
+void BM_512MiB_CopyLoop(benchmark::State& state) {
+  auto& big = big_model();
+  for (auto _ : state) copy_loop(*big.model, big.source);
+  state.SetBytesProcessed(state.iterations() * kBigBytes);
+}
+BENCHMARK(BM_512MiB_CopyLoop)->Unit(benchmark::kMillisecond);
+
+void BM_512MiB_LoadStateDict(benchmark::State& state) {
+  auto& big = big_model();
+  for (auto _ : state) benchmark::DoNotOptimize(modhooks::load_state_dict(big.model, big.source));
+  state.SetBytesProcessed(state.iterations() * kBigBytes);
+}
+BENCHMARK(BM_512MiB_LoadStateDict)->Unit(benchmark::kMillisecond);
+
+/// The 512 MiB file python_state_bench.py wrote with torch.save, or empty when there is none.
+std::string python_checkpoint(benchmark::State& state) {
+  const char* path = std::getenv("MODHOOKS_BENCH_CHECKPOINT");
+  if (path == nullptr || !std::ifstream(path)) {
+    state.SkipWithError("MODHOOKS_BENCH_CHECKPOINT names no file (scripts/run-bench.sh sets it)");
+    return {};
+  }
+  return path;
+}
+
+void BM_512MiBFile_ReadBytes(benchmark::State& state) {
+  const std::string path = python_checkpoint(state);
+  if (path.empty()) return;
+  std::vector<char> bytes;
+  for (auto _ : state) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    bytes.resize(static_cast<std::size_t>(in.tellg()));
+    in.seekg(0);
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    benchmark::DoNotOptimize(bytes.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes.size()));
+}
+BENCHMARK(BM_512MiBFile_ReadBytes)->Unit(benchmark::kMillisecond);
+
+void BM_512MiBFile_Load(benchmark::State& state) {
+  const std::string path = python_checkpoint(state);
+  if (path.empty()) return;
+  for (auto _ : state) benchmark::DoNotOptimize(modhooks::load(path));
+  state.SetBytesProcessed(state.iterations() * kBigBytes);
+}
+BENCHMARK(BM_512MiBFile_Load)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
