@@ -1,12 +1,18 @@
-// Cost of running modules through modhooks, each figure beside its baseline from the same run:
-//   - Linear(16,16): direct forward / call with no hooks / call with two forward hooks;
-//   - 8 x Linear(64,64), batch 32, forward+backward: no hooks / a full backward hook per layer;
-//   - a TorchScript module: forward / call with no hooks.
+// Cost of running modules through modhooks. Each benchmark times a case and its baseline in
+// alternation within the same run (the order flips every iteration), so that the slow drift of a
+// shared machine hits both alike, and reports both means and what the case adds:
+//   - Linear(16,16): direct forward vs call with no hooks anywhere;
+//   - Linear(16,16): direct forward vs call with two forward hooks;
+//   - 8 x Linear(64,64), batch 32, forward+backward: torch::nn::Sequential with no hooks vs
+//     modhooks::Sequential with a full backward hook on every layer;
+//   - a TorchScript module: forward vs call with no hooks.
 // Python's figures for the same cases come from bench/python_hooks_bench.py (run-bench.sh).
 #include <benchmark/benchmark.h>
 #include <torch/csrc/jit/api/module.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 
+#include <chrono>
 #include <vector>
 
 #include "modhooks/modhooks.h"
@@ -14,22 +20,53 @@
 namespace {
 
 using IValues = std::vector<c10::IValue>;
+using Clock = std::chrono::steady_clock;
 
-void BM_Linear16_DirectForward(benchmark::State& state) {
+/// Runs `baseline` and `measured` (each a batch of `calls` calls) once per iteration, in
+/// alternating order, and reports the mean microseconds per call of each and the difference.
+template <class Baseline, class Measured>
+void paired(benchmark::State& state, int calls, Baseline&& baseline, Measured&& measured) {
+  double baseline_s = 0, measured_s = 0;
+  bool baseline_first = true;
+  auto timed = [](auto& f) {
+    const auto start = Clock::now();
+    f();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  for (auto _ : state) {
+    if (baseline_first) {
+      baseline_s += timed(baseline);
+      measured_s += timed(measured);
+    } else {
+      measured_s += timed(measured);
+      baseline_s += timed(baseline);
+    }
+    baseline_first = !baseline_first;
+  }
+  const double per_call = 1e6 / (static_cast<double>(state.iterations()) * calls);
+  state.counters["baseline_us"] = baseline_s * per_call;
+  state.counters["measured_us"] = measured_s * per_call;
+  state.counters["added_us"] = (measured_s - baseline_s) * per_call;
+  state.counters["added_pct"] = 100 * (measured_s / baseline_s - 1);
+}
+
+constexpr int kBatch = 64;  // calls per timed batch of the microsecond-sized cases
+
+void BM_Linear16_CallNoHooks_vs_Forward(benchmark::State& state) {
   torch::nn::Linear linear(16, 16);
   auto x = at::randn({1, 16});
-  for (auto _ : state) benchmark::DoNotOptimize(linear->forward(x));
+  paired(
+      state, kBatch,
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(linear->forward(x));
+      },
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(linear, x));
+      });
 }
-BENCHMARK(BM_Linear16_DirectForward);
+BENCHMARK(BM_Linear16_CallNoHooks_vs_Forward);
 
-void BM_Linear16_CallNoHooks(benchmark::State& state) {
-  torch::nn::Linear linear(16, 16);
-  auto x = at::randn({1, 16});
-  for (auto _ : state) benchmark::DoNotOptimize(modhooks::call(linear, x));
-}
-BENCHMARK(BM_Linear16_CallNoHooks);
-
-void BM_Linear16_CallTwoForwardHooks(benchmark::State& state) {
+void BM_Linear16_CallTwoForwardHooks_vs_Forward(benchmark::State& state) {
   torch::nn::Linear linear(16, 16);
   auto x = at::randn({1, 16});
   int64_t seen = 0;
@@ -37,37 +74,35 @@ void BM_Linear16_CallTwoForwardHooks(benchmark::State& state) {
       linear, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++seen; }));
   modhooks::ScopedHandle b(modhooks::register_forward_hook(
       linear, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++seen; }));
-  for (auto _ : state) benchmark::DoNotOptimize(modhooks::call(linear, x));
+  paired(
+      state, kBatch,
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(linear->forward(x));
+      },
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(linear, x));
+      });
   benchmark::DoNotOptimize(seen);
 }
-BENCHMARK(BM_Linear16_CallTwoForwardHooks);
+BENCHMARK(BM_Linear16_CallTwoForwardHooks_vs_Forward);
 
-void mlp_forward_backward(benchmark::State& state, bool hooked) {
-  modhooks::Sequential mlp;
+void BM_MLP8_FullBackwardHookPerLayer_vs_NoHooks(benchmark::State& state) {
+  torch::nn::Sequential plain;
+  modhooks::Sequential hooked;
   std::vector<modhooks::ScopedHandle> handles;
-  for (int i = 0; i < 8; ++i) mlp->push_back(torch::nn::Linear(64, 64));
-  if (hooked) {
-    for (std::size_t i = 0; i < mlp->size(); ++i) {
-      handles.emplace_back(modhooks::register_full_backward_hook(
-          mlp->ptr(i),
-          [](torch::nn::Module&, const modhooks::TensorList&, const modhooks::TensorList&) {}));
-    }
+  for (int i = 0; i < 8; ++i) {
+    plain->push_back(torch::nn::Linear(64, 64));
+    hooked->push_back(torch::nn::Linear(64, 64));
+    handles.emplace_back(modhooks::register_full_backward_hook(
+        hooked->ptr(i),
+        [](torch::nn::Module&, const modhooks::TensorList&, const modhooks::TensorList&) {}));
   }
   auto x = at::randn({32, 64}).requires_grad_();
-  for (auto _ : state) {
-    modhooks::call(mlp, x).sum().backward();
-  }
+  paired(
+      state, 1, [&] { plain->forward(x).sum().backward(); },
+      [&] { modhooks::call(hooked, x).sum().backward(); });
 }
-
-void BM_MLP8_ForwardBackward_NoHooks(benchmark::State& state) {
-  mlp_forward_backward(state, false);
-}
-BENCHMARK(BM_MLP8_ForwardBackward_NoHooks);
-
-void BM_MLP8_ForwardBackward_FullBackwardHookPerLayer(benchmark::State& state) {
-  mlp_forward_backward(state, true);
-}
-BENCHMARK(BM_MLP8_ForwardBackward_FullBackwardHookPerLayer);
+BENCHMARK(BM_MLP8_FullBackwardHookPerLayer_vs_NoHooks);
 
 /// A TorchScript module built in C++: x @ w with a 16x16 w.
 torch::jit::Module script_linear() {
@@ -77,19 +112,19 @@ torch::jit::Module script_linear() {
   return module;
 }
 
-void BM_Script_DirectForward(benchmark::State& state) {
+void BM_Script_CallNoHooks_vs_Forward(benchmark::State& state) {
   auto module = script_linear();
-  std::vector<c10::IValue> inputs{at::randn({1, 16})};
-  for (auto _ : state) benchmark::DoNotOptimize(module.forward(inputs));
+  IValues inputs{at::randn({1, 16})};
+  paired(
+      state, kBatch,
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(module.forward(inputs));
+      },
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(module, inputs));
+      });
 }
-BENCHMARK(BM_Script_DirectForward);
-
-void BM_Script_CallNoHooks(benchmark::State& state) {
-  auto module = script_linear();
-  std::vector<c10::IValue> inputs{at::randn({1, 16})};
-  for (auto _ : state) benchmark::DoNotOptimize(modhooks::call(module, inputs));
-}
-BENCHMARK(BM_Script_CallNoHooks);
+BENCHMARK(BM_Script_CallNoHooks_vs_Forward);
 
 }  // namespace
 

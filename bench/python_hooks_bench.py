@@ -1,11 +1,11 @@
-"""Python's figures for the cases of bench/call_bench.cpp, measured on the same machine.
+"""Python's figures for the cases of bench/call_bench.cpp, measured the same way on the same machine.
 
-Prints microseconds per iteration (median of 5 repeats) for: Linear(16,16) called directly with
-no hooks and with two forward hooks, and 8 x Linear(64,64), batch 32, forward+backward with and
-without a full backward hook on every layer.
+Like call_bench.cpp, each case is timed beside its baseline in alternation (the order flips every
+round), and the mean microseconds per call of both and their difference are printed:
+Linear(16,16) called with no hooks vs with two forward hooks; 8 x Linear(64,64), batch 32,
+forward+backward with no hooks vs a full backward hook on every layer.
 """
-import statistics
-import timeit
+import time
 
 import torch
 from torch import nn
@@ -13,36 +13,53 @@ from torch import nn
 torch.set_num_threads(1)
 
 
-def per_call_us(fn, number):
-    runs = timeit.repeat(fn, number=number, repeat=5)
-    return statistics.median(runs) / number * 1e6
+def paired(baseline, measured, calls, seconds=3.0):
+    """Mean microseconds per call of `baseline` and `measured`, each a batch of `calls` calls."""
+    spent = [0.0, 0.0]
+    rounds = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds or rounds < 10:
+        order = (0, 1) if rounds % 2 == 0 else (1, 0)
+        for which in order:
+            fn = (baseline, measured)[which]
+            t = time.perf_counter()
+            fn()
+            spent[which] += time.perf_counter() - t
+        rounds += 1
+    return [s / (rounds * calls) * 1e6 for s in spent]
+
+
+def report(name, baseline, measured):
+    print(f"python {name}: {baseline:9.2f} us -> {measured:9.2f} us  "
+          f"(+{measured - baseline:.2f} us, +{(measured / baseline - 1) * 100:.1f}%)")
 
 
 def main():
-    linear = nn.Linear(16, 16)
-    x = torch.randn(1, 16)
-    no_hooks = per_call_us(lambda: linear(x), 20000)
+    calls = 64
+    plain_linear = nn.Linear(16, 16)
+    hooked_linear = nn.Linear(16, 16)
     seen = []
-    handles = [linear.register_forward_hook(lambda m, a, o: seen.append(1)) for _ in range(2)]
-    two_hooks = per_call_us(lambda: linear(x), 20000)
-    for h in handles:
-        h.remove()
+    for _ in range(2):
+        hooked_linear.register_forward_hook(lambda m, a, o: seen.append(1))
+    x = torch.randn(1, 16)
 
-    mlp = nn.Sequential(*[nn.Linear(64, 64) for _ in range(8)])
+    def batch(module):
+        def run():
+            for _ in range(calls):
+                module(x)
+            seen.clear()
+        return run
+
+    report("Linear16, no hooks vs two forward hooks        ",
+           *paired(batch(plain_linear), batch(hooked_linear), calls))
+
+    plain = nn.Sequential(*[nn.Linear(64, 64) for _ in range(8)])
+    hooked = nn.Sequential(*[nn.Linear(64, 64) for _ in range(8)])
+    for layer in hooked:
+        layer.register_full_backward_hook(lambda m, gi, go: None)
     xb = torch.randn(32, 64, requires_grad=True)
-    step = lambda: mlp(xb).sum().backward()
-    plain = per_call_us(step, 300)
-    handles = [m.register_full_backward_hook(lambda m, gi, go: None) for m in mlp]
-    hooked = per_call_us(step, 300)
-    for h in handles:
-        h.remove()
-
-    print(f"python Linear16 call, no hooks:        {no_hooks:8.2f} us")
-    print(f"python Linear16 call, two fwd hooks:   {two_hooks:8.2f} us  "
-          f"(+{two_hooks - no_hooks:.2f} us)")
-    print(f"python MLP8 fwd+bwd, no hooks:         {plain:8.2f} us")
-    print(f"python MLP8 fwd+bwd, full hook/layer:  {hooked:8.2f} us  "
-          f"(+{(hooked / plain - 1) * 100:.1f}%)")
+    report("MLP8 fwd+bwd, no hooks vs full hook per layer ",
+           *paired(lambda: plain(xb).sum().backward(), lambda: hooked(xb).sum().backward(), 1))
 
 
 if __name__ == "__main__":

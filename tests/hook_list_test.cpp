@@ -40,6 +40,18 @@ TEST(HookList, SnapshotIsUnaffectedByLaterChanges) {
   EXPECT_EQ(values(list), (std::vector<int>{2, 3}));
 }
 
+TEST(HookList, EmptyListsHaveNoSnapshot) {
+  // Dispatch reads empty lists without their lock: an empty list's snapshot is null.
+  List list;
+  EXPECT_EQ(list.snapshot(), nullptr);
+  const auto id = list.add(1);
+  ASSERT_NE(list.snapshot(), nullptr);
+  EXPECT_EQ(list.snapshot()->size(), 1u);
+  list.remove(id);
+  EXPECT_EQ(list.snapshot(), nullptr);
+  EXPECT_TRUE(list.empty());
+}
+
 TEST(HookList, RemovingAnUnknownIdChangesNothing) {
   List list;
   list.add(1);

@@ -4,9 +4,16 @@
 
 #include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
 
 #include "modhooks/core/error.h"
 
@@ -14,36 +21,41 @@ namespace modhooks {
 namespace detail {
 namespace {
 
-using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-/// The identity Function of both sides (Python's `BackwardHookFunction`). Its outputs are views
-/// of its inputs; inputs that do not require grad come out non-differentiable. Backward hands
-/// the incoming gradients to the call's BackwardHook, which runs the user hooks.
-struct BackwardHookFunction : torch::autograd::Function<BackwardHookFunction> {
-  // at::TensorList, not std::vector: only the former counts as differentiable inputs.
-  static variable_list forward(AutogradContext* ctx, at::TensorList tensors, c10::IValue hook,
-                               bool output_side) {
-    ctx->set_materialize_grads(false);
-    ctx->saved_data["hook"] = std::move(hook);
-    ctx->saved_data["output_side"] = output_side;
-    variable_list outputs(tensors.begin(), tensors.end());
-    variable_list constant;
-    for (const auto& t : outputs) {
-      if (!t.requires_grad()) constant.push_back(t);
-    }
-    if (!constant.empty()) ctx->mark_non_differentiable(constant);
-    return outputs;
+/// Python's `BackwardHookFunctionBackward`: the autograd node of one side of a hooked call,
+/// written as a plain Node rather than a torch::autograd::Function, which would cost a context,
+/// a string-keyed map and a capsule per call. Backward hands the incoming gradients to the
+/// call's BackwardHook, which runs the user hooks.
+class HookNode final : public torch::autograd::Node {
+ public:
+  HookNode(c10::intrusive_ptr<BackwardHookBase> hook, bool output_side)
+      : hook_(std::move(hook)), output_side_(output_side) {}
+
+  std::string name() const override { return "BackwardHookFunctionBackward"; }
+
+  variable_list apply(variable_list&& grads) override {
+    return output_side_ ? hook_->output_grads_ready(grads) : hook_->input_grads_ready(grads);
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* hook = static_cast<BackwardHookBase*>(ctx->saved_data["hook"].toCapsule().get());
-    variable_list result = ctx->saved_data["output_side"].toBool() ? hook->output_grads_ready(grads)
-                                                                   : hook->input_grads_ready(grads);
-    result.resize(result.size() + 2);  // none for `hook` and `output_side`
-    return result;
-  }
+ private:
+  c10::intrusive_ptr<BackwardHookBase> hook_;
+  const bool output_side_;
 };
+
+/// libtorch 2.15 owns nodes with intrusive_ptr; earlier versions with shared_ptr and a deleter
+/// that frees long chains without deep recursion.
+using NodePtr = decltype(torch::autograd::Edge::function);
+
+template <class N, class... Args>
+NodePtr make_node(Args&&... args) {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
+    return std::shared_ptr<N>(new N(std::forward<Args>(args)...),
+                              [](N* node) { deleteNode(node); });  // found by ADL
+  } else {
+    return c10::make_intrusive<N>(std::forward<Args>(args)...);
+  }
+}
 
 bool any_requires_grad(const TensorList& tensors) {
   return std::any_of(tensors.begin(), tensors.end(),
@@ -79,10 +91,32 @@ void fail_backward_pre_hook_length(std::size_t got, std::size_t expected) {
       expected));
 }
 
+/// What torch::autograd::Function does with inputs it returns as they are: each comes out as a
+/// view made without grad, whose history is the node (views of it may not be changed in place,
+/// with PyTorch's error); inputs that do not require grad come out non-differentiable.
 TensorList BackwardHookBase::wrap(const TensorList& tensors, bool output_side) {
-  auto self = c10::intrusive_ptr<BackwardHookBase>::reclaim_copy(this);
-  return BackwardHookFunction::apply(at::TensorList(tensors),
-                                     c10::IValue::make_capsule(std::move(self)), output_side);
+  NodePtr node = make_node<HookNode>(c10::intrusive_ptr<BackwardHookBase>::reclaim_copy(this),
+                                     output_side);
+  node->set_next_edges(torch::autograd::collect_next_edges(tensors));
+  TensorList views;
+  views.reserve(tensors.size());
+  for (const at::Tensor& tensor : tensors) {
+    at::Tensor view;
+    {
+      at::AutoGradMode no_grad(false);
+      view = tensor.view_as(tensor);
+    }
+    if (tensor.requires_grad()) {
+      const std::uint32_t input_nr = node->add_input_metadata(view);
+      torch::autograd::impl::set_gradient_edge(view, {node, input_nr});
+      torch::autograd::impl::get_view_autograd_meta(view)->set_creation_meta(
+          torch::autograd::CreationMeta::IN_CUSTOM_FUNCTION);
+    } else {
+      node->add_input_metadata(torch::autograd::Node::undefined_input());
+    }
+    views.push_back(std::move(view));
+  }
+  return views;
 }
 
 TensorList BackwardHookBase::setup_input(const TensorList& tensors,

@@ -24,7 +24,8 @@ inline std::atomic<std::int64_t> call_hooks_active{0};
 /// Copy-on-write: registration and removal (rare) take the lock, copy the vector, edit it and
 /// publish the copy; dispatch takes a snapshot (one shared_ptr copy) and iterates it. A hook may
 /// therefore remove itself or others while running, and registration is safe while autograd
-/// threads run backward hooks.
+/// threads run backward hooks. Most lists of a hooked module are empty: their snapshot is null
+/// and costs one atomic load, no lock.
 template <class Hook>
 class HookList final : public HookTableBase {
  public:
@@ -53,6 +54,7 @@ class HookList final : public HookTableBase {
     next->insert(next->end(), entries_->begin(), entries_->end());
     if (!prepend) next->push_back(Entry{id, std::move(hook)});
     entries_ = std::move(next);
+    size_.store(entries_->size(), std::memory_order_release);
     if (counter_) counter_->fetch_add(1);
     return id;
   }
@@ -67,11 +69,14 @@ class HookList final : public HookTableBase {
     next->insert(next->end(), entries_->begin(), pos);
     next->insert(next->end(), std::next(pos), entries_->end());
     entries_ = std::move(next);
+    size_.store(entries_->size(), std::memory_order_release);
     if (counter_) counter_->fetch_sub(1);
   }
 
-  /// The hooks as they are now, in call order; later changes do not affect it.
+  /// The hooks as they are now, in call order (null when there are none); later changes do
+  /// not affect it.
   Snapshot snapshot() const {
+    if (empty()) return nullptr;
     std::lock_guard<std::mutex> lock(mutex_);
     return entries_;
   }
@@ -81,15 +86,17 @@ class HookList final : public HookTableBase {
   template <class F>
   void for_each(F&& f) const {
     const Snapshot hooks = snapshot();
+    if (!hooks) return;
     for (const auto& entry : *hooks) f(entry.hook);
   }
 
-  std::size_t size() const { return snapshot()->size(); }
+  std::size_t size() const { return size_.load(std::memory_order_acquire); }
   bool empty() const { return size() == 0; }
 
  private:
   mutable std::mutex mutex_;
   Snapshot entries_ = std::make_shared<const Entries>();
+  std::atomic<std::size_t> size_{0};
   std::atomic<std::int64_t>* counter_;
 };
 
