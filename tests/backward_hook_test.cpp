@@ -288,15 +288,24 @@ TEST(FullBackwardHooks, NonTensorArgumentsAndOutputsAreUndefined) {
   EXPECT_EQ(calls, 1);
 }
 
+/// Python's text. It names the node as libtorch prints Python's BackwardHookFunctionBackward:
+/// 2.x drops the "Backward" suffix there, 1.13 keeps it.
+void expect_in_place_error(const std::string& message) {
+  EXPECT_EQ(message.rfind("Output 0 of BackwardHookFunction", 0), 0u) << message;
+  EXPECT_NE(message.find(" is a view and is being modified inplace. This view was created inside "
+                         "a custom Function (or because an input was returned as-is)"),
+            std::string::npos)
+      << message;
+}
+
 TEST(FullBackwardHooks, InPlaceChangesOfWrappedTensorsAreRejected) {
   // Scenario 36: the caller modifying a wrapped output in place.
   torch::nn::Sigmoid m;
   ScopedHandle h(modhooks::register_full_backward_hook(
       m, [](torch::nn::Module&, const TensorList&, const TensorList&) {}));
   auto out = modhooks::call(m, at::randn({2}).requires_grad_());
-  EXPECT_THROWS_WITH(out.add_(1),
-                     "Output 0 of BackwardHookFunction is a view and is being modified "
-                     "inplace. This view was created inside a custom Function");
+  EXPECT_EQ(out.grad_fn()->name(), "BackwardHookFunctionBackward");
+  expect_in_place_error(message_of<c10::Error>([&] { out.add_(1); }));
 }
 
 struct InPlaceImpl : torch::nn::Module {
@@ -310,8 +319,7 @@ TEST(FullBackwardPreHooks, InPlaceChangeOfAWrappedInputIsRejected) {
   ScopedHandle h(
       modhooks::register_full_backward_pre_hook(m, [](torch::nn::Module&, const TensorList&) {}));
   auto x = at::randn({2}).requires_grad_().clone();
-  EXPECT_THROWS_WITH(modhooks::call(m, x),
-                     "Output 0 of BackwardHookFunction is a view and is being modified inplace");
+  expect_in_place_error(message_of<c10::Error>([&] { modhooks::call(m, x); }));
 }
 
 struct SizesImpl : torch::nn::Module {

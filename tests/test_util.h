@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <typeinfo>
 
 #include "modhooks/core/error.h"
 
@@ -20,13 +21,15 @@
     }                                                                                  \
   } while (0)
 
-/// The text of the modhooks::Error that `f` throws; fails the test when it throws none.
-inline std::string message_of(const std::function<void()>& f) {
+/// The text of the `E` (a modhooks::Error unless told) that `f` throws; fails the test when it
+/// throws none.
+template <class E = modhooks::Error>
+std::string message_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const modhooks::Error& e) {
+  } catch (const E& e) {
     return e.what();
   }
-  ADD_FAILURE() << "no modhooks::Error thrown";
+  ADD_FAILURE() << "no " << typeid(E).name() << " thrown";
   return "";
 }
