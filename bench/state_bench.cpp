@@ -3,7 +3,7 @@
 //     tensors detached, load_state_dict() against a named_parameters() + copy_ loop;
 //   - a 512 MiB model (8 x Linear(4096,4096)): load_state_dict() against the same copy_ loop, as
 //     bytes per second;
-//   - load() of a 512 MiB file written by Python's torch.save against reading its bytes.
+//   - load() of a 512 MiB file written by Python's torch.save against fread of its bytes.
 // Python's figures for the same cases (its load_state_dict, its copy_ loop, torch.load of the
 // same file) come from bench/python_state_bench.py, which writes that file (run-bench.sh).
 #include <ATen/core/grad_mode.h>
@@ -11,6 +11,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/linear.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -112,13 +113,11 @@ std::string python_checkpoint(benchmark::State& state) {
 void BM_512MiBFile_ReadBytes(benchmark::State& state) {
   const std::string path = python_checkpoint(state);
   if (path.empty()) return;
-  std::vector<char> bytes;
+  std::vector<char> bytes(static_cast<std::size_t>(std::ifstream(path, std::ios::ate).tellg()));
   for (auto _ : state) {
-    std::ifstream in(path, std::ios::binary | std::ios::ate);
-    bytes.resize(static_cast<std::size_t>(in.tellg()));
-    in.seekg(0);
-    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    benchmark::DoNotOptimize(bytes.data());
+    std::FILE* file = std::fopen(path.c_str(), "rb");
+    benchmark::DoNotOptimize(std::fread(bytes.data(), 1, bytes.size(), file));
+    std::fclose(file);
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes.size()));
 }
