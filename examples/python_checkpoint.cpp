@@ -40,10 +40,10 @@ int main(int argc, char** argv) {
     Classifier model;
     const std::map<std::string, std::string> renames = {{"0.", "hidden."}, {"2.", "out."}};
     modhooks::ScopedHandle migrate(modhooks::register_load_state_dict_pre_hook(
-        model, [&renames](torch::nn::Module&, modhooks::StateDict& state_dict,
-                          const std::string& prefix, const modhooks::Metadata&, bool,
-                          std::vector<std::string>&, std::vector<std::string>&,
-                          std::vector<std::string>&) {
+        model,
+        [&renames](torch::nn::Module&, modhooks::StateDict& state_dict, const std::string& prefix,
+                   const modhooks::Metadata&, bool, std::vector<std::string>&,
+                   std::vector<std::string>&, std::vector<std::string>&) {
           for (const std::string& key : state_dict.keys()) {
             for (const auto& [from, to] : renames) {
               if (key.rfind(prefix + from, 0) != 0) continue;

@@ -2,13 +2,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "modhooks/state/checkpoint.h"
 
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/allclose.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/equal.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
 #include <c10/util/Exception.h>
-#include <ATen/core/grad_mode.h>
-#include <ATen/ops/allclose.h>
-#include <ATen/ops/equal.h>
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/api/include/torch/version.h>
@@ -172,8 +172,9 @@ TEST(Checkpoint, ParametersKeepRequiresGrad) {
 // twins, which then compute what Python's computed (oracle_checkpoints.model_outputs).
 void expect_close(const at::Tensor& cpp, const at::Tensor& python) {
   ASSERT_EQ(cpp.sizes(), python.sizes());
-  EXPECT_TRUE(at::allclose(cpp, python, /*rtol=*/1e-5, /*atol=*/1e-6))
-      << "C++:\n" << cpp << "\nPython:\n" << python;
+  EXPECT_TRUE(at::allclose(cpp, python, /*rtol=*/1e-5, /*atol=*/1e-6)) << "C++:\n"
+                                                                       << cpp << "\nPython:\n"
+                                                                       << python;
 }
 
 TEST(PythonModels, MlpCheckpointGivesPythonsOutputs) {

@@ -95,8 +95,8 @@ void fail_backward_pre_hook_length(std::size_t got, std::size_t expected) {
 /// view made without grad, whose history is the node (views of it may not be changed in place,
 /// with PyTorch's error); inputs that do not require grad come out non-differentiable.
 TensorList BackwardHookBase::wrap(const TensorList& tensors, bool output_side) {
-  NodePtr node = make_node<HookNode>(c10::intrusive_ptr<BackwardHookBase>::reclaim_copy(this),
-                                     output_side);
+  NodePtr node =
+      make_node<HookNode>(c10::intrusive_ptr<BackwardHookBase>::reclaim_copy(this), output_side);
   node->set_next_edges(torch::autograd::collect_next_edges(tensors));
   TensorList views;
   views.reserve(tensors.size());
