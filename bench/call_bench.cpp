@@ -52,28 +52,17 @@ void paired(benchmark::State& state, int calls, Baseline&& baseline, Measured&& 
 
 constexpr int kBatch = 64;  // calls per timed batch of the microsecond-sized cases
 
-void BM_Linear16_CallNoHooks_vs_Forward(benchmark::State& state) {
-  torch::nn::Linear linear(16, 16);
-  auto x = at::randn({1, 16});
-  paired(
-      state, kBatch,
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(linear->forward(x));
-      },
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(linear, x));
-      });
-}
-BENCHMARK(BM_Linear16_CallNoHooks_vs_Forward);
-
-void BM_Linear16_CallTwoForwardHooks_vs_Forward(benchmark::State& state) {
+/// Linear(16,16) on one row: `forward` called directly vs through `call`, with `hooks` forward
+/// hooks (each counting its calls) registered on it.
+void linear16_call_vs_forward(benchmark::State& state, int hooks) {
   torch::nn::Linear linear(16, 16);
   auto x = at::randn({1, 16});
   int64_t seen = 0;
-  modhooks::ScopedHandle a(modhooks::register_forward_hook(
-      linear, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++seen; }));
-  modhooks::ScopedHandle b(modhooks::register_forward_hook(
-      linear, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++seen; }));
+  std::vector<modhooks::ScopedHandle> handles;
+  for (int i = 0; i < hooks; ++i) {
+    handles.emplace_back(modhooks::register_forward_hook(
+        linear, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++seen; }));
+  }
   paired(
       state, kBatch,
       [&] {
@@ -83,6 +72,15 @@ void BM_Linear16_CallTwoForwardHooks_vs_Forward(benchmark::State& state) {
         for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(linear, x));
       });
   benchmark::DoNotOptimize(seen);
+}
+
+void BM_Linear16_CallNoHooks_vs_Forward(benchmark::State& state) {
+  linear16_call_vs_forward(state, 0);
+}
+BENCHMARK(BM_Linear16_CallNoHooks_vs_Forward);
+
+void BM_Linear16_CallTwoForwardHooks_vs_Forward(benchmark::State& state) {
+  linear16_call_vs_forward(state, 2);
 }
 BENCHMARK(BM_Linear16_CallTwoForwardHooks_vs_Forward);
 
