@@ -22,7 +22,7 @@ namespace detail {
 
 /// The full-backward-hook wiring of one hooked call, Python's `torch.utils.hooks.BackwardHook`.
 ///
-/// The module's tensor inputs and outputs pass through an identity autograd Function, one node
+/// The module's tensor inputs and outputs pass through an identity autograd node, one
 /// per side. When autograd reaches the output-side node, pre-hooks see (and may replace)
 /// grad_output; when it reaches the input-side node, after the module's own backward, full
 /// hooks see grad_input and grad_output and may replace grad_input. The hook lists are the
