@@ -5,8 +5,11 @@
 #include <c10/util/Exception.h>
 
 #include <memory>
+#include <string>
 #include <utility>
 
+#include "hooked_call.h"
+#include "modhooks/core/error.h"
 #include "modhooks/nn/dispatch.h"
 
 namespace modhooks {
@@ -46,24 +49,95 @@ void wrap_script_output(BackwardHookBase& hook, c10::IValue& output) {
   }
 }
 
+/// Whether `value` fits where the graph has `type` (tensor shapes recorded by tracing aside).
+bool fits(const c10::IValue& value, const c10::TypePtr& type) {
+  return value.type()->isSubtypeOf(*c10::unshapedType(type));
+}
+
+[[noreturn]] void fail_replacement(const CallSite& site, const char* hook, const std::string& what,
+                                   const c10::IValue& value, const c10::TypePtr& expected) {
+  fail("modhooks: a " + std::string(hook) + " of " + site.name + " returned " + what + " of type " +
+       value.type()->repr_str() + ", but the call site expects " +
+       c10::unshapedType(expected)->repr_str());
+}
+
+void check_args(const CallSite& site, const std::vector<c10::IValue>& args) {
+  const auto& params = site.callee->getSchema().arguments();  // params[0] is self
+  const std::size_t n = params.empty() ? 0 : params.size() - 1;
+  if (args.size() > n || (site.exact_arity && args.size() != n)) {
+    fail("modhooks: a forward pre-hook of " + site.name + " returned " +
+         std::to_string(args.size()) + " arguments, but its forward takes " + std::to_string(n));
+  }
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (!fits(args[i], params[i + 1].type())) {
+      fail_replacement(site, "forward pre-hook", "argument `" + params[i + 1].name() + "`", args[i],
+                       params[i + 1].type());
+    }
+  }
+}
+
+void check_output(const CallSite& site, const c10::IValue& output) {
+  const auto& returns = site.callee->getSchema().returns();
+  const c10::TypePtr expected = site.output           ? site.output
+                                : returns.size() == 1 ? returns[0].type()
+                                                      : nullptr;
+  if (expected && !fits(output, expected)) {
+    fail_replacement(site, "forward hook", "an output", output, expected);
+  }
+}
+
 }  // namespace
 
-c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue> inputs) {
-  Dispatch<torch::jit::Module> dispatch(nullptr, find_hooks(module));
-  if (dispatch.empty()) return module.forward(std::move(inputs));
+c10::IValue run_with_hooks(torch::jit::Module& module, std::shared_ptr<JitHooks> hooks,
+                           std::vector<c10::IValue> inputs, const CallSite& site,
+                           const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke) {
+  Dispatch<torch::jit::Module> dispatch(nullptr, std::move(hooks));
+  if (dispatch.empty()) return invoke(inputs);
   auto backward_hook = dispatch.backward_hook(module, std::make_shared<torch::jit::Module>(module));
   c10::IValue output;
   try {
-    dispatch.run_pre_hooks(module, inputs);
+    if (dispatch.run_pre_hooks(module, inputs)) check_args(site, inputs);
     if (backward_hook) wrap_values(*backward_hook, inputs, /*output_side=*/false);
-    output = module.forward(inputs);
-    dispatch.run_forward_hooks(module, inputs, output);
+    output = invoke(inputs);
+    if (dispatch.run_forward_hooks(module, inputs, output)) check_output(site, output);
     if (backward_hook) wrap_script_output(*backward_hook, output);
   } catch (...) {
     dispatch.run_always_called(module, inputs, output);
     throw;
   }
   return output;
+}
+
+namespace {
+thread_local std::exception_ptr inner_error;
+}  // namespace
+
+void remember_inner_error(std::exception_ptr error) noexcept { inner_error = std::move(error); }
+
+std::exception_ptr take_inner_error(const std::exception& seen) noexcept {
+  std::exception_ptr error = std::exchange(inner_error, nullptr);
+  if (!error) return nullptr;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& original) {
+    if (std::string(seen.what()).find(original.what()) != std::string::npos) return error;
+  }
+  return nullptr;
+}
+
+c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue> inputs) {
+  try {
+    auto hooks = find_hooks(module);
+    if (!hooks) return module.forward(std::move(inputs));
+    CallSite site;
+    site.callee = &module.get_method("forward").function();
+    site.name = "module " + python_class_name(module);
+    return run_with_hooks(module, std::move(hooks), std::move(inputs), site,
+                          [&](std::vector<c10::IValue>& args) { return module.forward(args); });
+  } catch (const c10::Error& e) {
+    if (auto original = take_inner_error(e)) std::rethrow_exception(original);
+    throw;
+  }
 }
 
 }  // namespace detail

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "identity.h"
+#include "modhooks/jit/registry.h"
 #include "modhooks/state/detail/traversal.h"
 #include "modhooks/state/module_state.h"
 
@@ -48,11 +49,7 @@ struct JitAdapter {
     return find_state_hooks(module);
   }
 
-  /// The script class's unqualified name ("Net" for "__torch__.Net").
-  static std::string class_name(Module& module) {
-    const auto& name = module.type()->name();
-    return name ? name->name() : std::string("ScriptModule");
-  }
+  static std::string class_name(Module& module) { return python_class_name(module); }
 };
 
 }  // namespace

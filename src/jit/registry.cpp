@@ -2,17 +2,64 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "modhooks/jit/registry.h"
 
+#include <cstddef>
+#include <string>
+
+#include "hooked_call.h"
 #include "identity.h"
+#include "instrumentation.h"
+#include "modhooks/core/error.h"
+#include "modhooks/jit/instrument.h"
 
 namespace modhooks {
 namespace detail {
 std::shared_ptr<JitHooks> find_hooks(const torch::jit::Module& module) {
-  return jit_entry_find(table_of<JitHooks>(), module);
+  return find_hooks(module._ivalue().get());
+}
+
+std::shared_ptr<JitHooks> find_hooks(const c10::ivalue::Object* object) {
+  return table_of<JitHooks>().find(object);
 }
 
 std::shared_ptr<JitHooks> hooks_for(torch::jit::Module& module) {
-  return jit_entry_for(table_of<JitHooks>(), module);
+  auto instrumentation = instrumentation_for(module);
+  prepare_inner_hooks(*instrumentation, module);
+  return jit_entry_for(table_of<JitHooks>(), module, [&] {
+    return std::make_shared<JitHooks>(inner_hook_observer(instrumentation, module));
+  });
+}
+
+std::string python_class_name(const torch::jit::Module& module) {
+  const auto& name = module.type()->name();
+  return name ? name->name() : std::string("ScriptModule");
 }
 
 }  // namespace detail
+
+torch::jit::Module submodule(const torch::jit::Module& root, const std::string& name) {
+  torch::jit::Module module = root;
+  std::size_t begin = 0;
+  while (!name.empty() && begin <= name.size()) {
+    std::size_t end = name.find('.', begin);
+    if (end == std::string::npos) end = name.size();
+    const std::string item = name.substr(begin, end - begin);
+    if (!module.hasattr(item)) {
+      std::string message = detail::python_class_name(module) + " has no attribute `" + item + "`";
+      if (begin == 0 && module.named_children().size() == 0) {
+        message +=
+            " (a frozen or inference-optimized model keeps no submodules: nothing inside "
+            "it can be hooked)";
+      }
+      detail::fail(message);
+    }
+    const c10::IValue value = module.attr(item);
+    if (!value.isObject() || !value.toObjectRef().type()->is_module()) {
+      detail::fail("`" + item + "` is not an nn.Module");
+    }
+    module = torch::jit::Module(value.toObject());
+    begin = end + 1;
+  }
+  return module;
+}
+
 }  // namespace modhooks

@@ -2,6 +2,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "modhooks/nn/registry.h"
 
+#include <cstddef>
+#include <string>
+
+#include "modhooks/core/error.h"
+#include "modhooks/nn/submodule.h"
+
 namespace modhooks {
 namespace detail {
 std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module) {
@@ -15,6 +21,40 @@ std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module) {
 const std::shared_ptr<NnHooks>& global_hooks() {
   static const std::shared_ptr<NnHooks> hooks = std::make_shared<NnHooks>();
   return hooks;
+}
+
+std::string python_class_name(const torch::nn::Module& module) {
+  std::string name = module.name();
+  const auto colon = name.rfind("::");
+  if (colon != std::string::npos) name = name.substr(colon + 2);
+  const std::string impl = "Impl";
+  if (name.size() > impl.size() &&
+      name.compare(name.size() - impl.size(), impl.size(), impl) == 0) {
+    name.resize(name.size() - impl.size());
+  }
+  return name;
+}
+
+std::shared_ptr<torch::nn::Module> submodule(torch::nn::Module& root, const std::string& name) {
+  std::shared_ptr<torch::nn::Module> module = root.weak_from_this().lock();
+  if (!module) fail("modhooks::submodule needs a root owned by a shared_ptr (as holders are)");
+  std::size_t begin = 0;
+  while (!name.empty() && begin <= name.size()) {
+    std::size_t end = name.find('.', begin);
+    if (end == std::string::npos) end = name.size();
+    const std::string item = name.substr(begin, end - begin);
+    const auto children = module->named_children();
+    if (const auto* child = children.find(item)) {
+      module = *child;
+    } else if (module->named_parameters(/*recurse=*/false).contains(item) ||
+               module->named_buffers(/*recurse=*/false).contains(item)) {
+      fail("`" + item + "` is not an nn.Module");
+    } else {
+      fail(python_class_name(*module) + " has no attribute `" + item + "`");
+    }
+    begin = end + 1;
+  }
+  return module;
 }
 
 }  // namespace detail

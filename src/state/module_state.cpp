@@ -44,17 +44,7 @@ struct NnAdapter {
   }
 
   /// Python's `type(self).__name__`: the class name without namespaces or libtorch's "Impl".
-  static std::string class_name(Module& module) {
-    std::string name = module.name();
-    const auto colon = name.rfind("::");
-    if (colon != std::string::npos) name = name.substr(colon + 2);
-    const std::string impl = "Impl";
-    if (name.size() > impl.size() &&
-        name.compare(name.size() - impl.size(), impl.size(), impl) == 0) {
-      name.resize(name.size() - impl.size());
-    }
-    return name;
-  }
+  static std::string class_name(Module& module) { return python_class_name(module); }
 };
 
 }  // namespace

@@ -19,6 +19,14 @@ namespace detail {
 /// anywhere", and the module's `forward` runs as if modhooks were not there.
 inline std::atomic<std::int64_t> call_hooks_active{0};
 
+/// Told how many hooks a list gained or lost, beside `call_hooks_active`: TorchScript models
+/// rewrite their code when their first inner hook arrives and restore it when the last one goes.
+class HookObserver {
+ public:
+  virtual ~HookObserver() = default;
+  virtual void hooks_changed(std::int64_t delta) noexcept = 0;
+};
+
 /// An ordered list of hooks of one kind on one module (or the global list of that kind).
 ///
 /// Copy-on-write: registration and removal (rare) take the lock, copy the vector, edit it and
@@ -36,41 +44,51 @@ class HookList final : public HookTableBase {
   using Entries = std::vector<Entry>;
   using Snapshot = std::shared_ptr<const Entries>;
 
-  /// `counter`, when given, tracks how many hooks this list holds (see `call_hooks_active`).
-  explicit HookList(std::atomic<std::int64_t>* counter = nullptr) : counter_(counter) {}
+  /// `counter`, when given, tracks how many hooks this list holds (see `call_hooks_active`);
+  /// `observer`, when given, hears of every change after the list's lock is released.
+  explicit HookList(std::atomic<std::int64_t>* counter = nullptr, HookObserver* observer = nullptr)
+      : counter_(counter), observer_(observer) {}
   HookList(const HookList&) = delete;
   HookList& operator=(const HookList&) = delete;
   ~HookList() override {
-    if (counter_) counter_->fetch_sub(static_cast<std::int64_t>(entries_->size()));
+    const auto n = static_cast<std::int64_t>(entries_->size());
+    if (counter_) counter_->fetch_sub(n);
+    if (observer_ && n) observer_->hooks_changed(-n);
   }
 
   /// Appends the hook, or puts it first with `prepend` (Python's `move_to_end(last=False)`).
   std::uint64_t add(Hook hook, bool prepend = false) {
     const std::uint64_t id = next_hook_id.fetch_add(1);
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto next = std::make_shared<Entries>();
-    next->reserve(entries_->size() + 1);
-    if (prepend) next->push_back(Entry{id, std::move(hook)});
-    next->insert(next->end(), entries_->begin(), entries_->end());
-    if (!prepend) next->push_back(Entry{id, std::move(hook)});
-    entries_ = std::move(next);
-    size_.store(entries_->size(), std::memory_order_release);
-    if (counter_) counter_->fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto next = std::make_shared<Entries>();
+      next->reserve(entries_->size() + 1);
+      if (prepend) next->push_back(Entry{id, std::move(hook)});
+      next->insert(next->end(), entries_->begin(), entries_->end());
+      if (!prepend) next->push_back(Entry{id, std::move(hook)});
+      entries_ = std::move(next);
+      size_.store(entries_->size(), std::memory_order_release);
+      if (counter_) counter_->fetch_add(1);
+    }
+    if (observer_) observer_->hooks_changed(1);
     return id;
   }
 
   void remove(std::uint64_t id) noexcept override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto pos = std::find_if(entries_->begin(), entries_->end(),
-                            [id](const Entry& e) { return e.id == id; });
-    if (pos == entries_->end()) return;
-    auto next = std::make_shared<Entries>();
-    next->reserve(entries_->size() - 1);
-    next->insert(next->end(), entries_->begin(), pos);
-    next->insert(next->end(), std::next(pos), entries_->end());
-    entries_ = std::move(next);
-    size_.store(entries_->size(), std::memory_order_release);
-    if (counter_) counter_->fetch_sub(1);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto pos = std::find_if(entries_->begin(), entries_->end(),
+                              [id](const Entry& e) { return e.id == id; });
+      if (pos == entries_->end()) return;
+      auto next = std::make_shared<Entries>();
+      next->reserve(entries_->size() - 1);
+      next->insert(next->end(), entries_->begin(), pos);
+      next->insert(next->end(), std::next(pos), entries_->end());
+      entries_ = std::move(next);
+      size_.store(entries_->size(), std::memory_order_release);
+      if (counter_) counter_->fetch_sub(1);
+    }
+    if (observer_) observer_->hooks_changed(-1);
   }
 
   /// The hooks as they are now, in call order (null when there are none); later changes do
@@ -98,6 +116,7 @@ class HookList final : public HookTableBase {
   Snapshot entries_ = std::make_shared<const Entries>();
   std::atomic<std::size_t> size_{0};
   std::atomic<std::int64_t>* counter_;
+  HookObserver* observer_;
 };
 
 /// A handle for a hook of `list`, a member of the object `owner` points to. The handle's weak

@@ -37,9 +37,10 @@ class ModuleTable {
     return nullptr;
   }
 
-  /// The module's tables, created on first use. `alive` tells later whether the module is
-  /// still the one at `key`.
-  std::shared_ptr<Hooks> get_or_create(const void* key, Alive alive) {
+  /// The module's tables, created by `make` on first use. `alive` tells later whether the
+  /// module is still the one at `key`.
+  template <class Make>
+  std::shared_ptr<Hooks> get_or_create(const void* key, Alive alive, Make&& make) {
     std::vector<std::shared_ptr<Hooks>> dead;
     std::lock_guard<std::mutex> lock(mutex_);
     if (slots_.size() >= sweep_at_) {
@@ -56,9 +57,13 @@ class ModuleTable {
     auto& slot = slots_[key];
     if (!slot.hooks || !slot.alive()) {
       dead.push_back(std::move(slot.hooks));
-      slot = Slot{std::move(alive), std::make_shared<Hooks>()};
+      slot = Slot{std::move(alive), make()};
     }
     return slot.hooks;
+  }
+
+  std::shared_ptr<Hooks> get_or_create(const void* key, Alive alive) {
+    return get_or_create(key, std::move(alive), [] { return std::make_shared<Hooks>(); });
   }
 
   std::size_t size() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "modhooks/nn/hook_types.h"
 
@@ -26,7 +27,12 @@ inline torch::jit::Module& module_ref(const torch::jit::Module& module) noexcept
 }
 
 std::shared_ptr<JitHooks> find_hooks(const torch::jit::Module& module);
+/// Also rewrites the model's call sites of `module`'s type, so that hooks on an inner
+/// submodule fire where its parents call it (see `instrument`).
 std::shared_ptr<JitHooks> hooks_for(torch::jit::Module& module);
+
+/// The class name Python's `_get_name()` prints ("Net" for "__torch__.Net").
+std::string python_class_name(const torch::jit::Module& module);
 
 }  // namespace detail
 }  // namespace modhooks

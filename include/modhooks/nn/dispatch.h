@@ -48,14 +48,20 @@ class Dispatch {
                                                 local_.get());
   }
 
-  /// Global, then the module's pre-hooks; each sees the args the previous one left.
-  void run_pre_hooks(M& module, std::vector<c10::IValue>& args) {
+  /// Global, then the module's pre-hooks; each sees the args the previous one left. Returns
+  /// whether any replaced them.
+  bool run_pre_hooks(M& module, std::vector<c10::IValue>& args) {
+    bool replaced_any = false;
     for (const auto* list : {&global_pre_, &local_pre_}) {
       if (!*list) continue;
       for (const auto& entry : **list) {
-        if (auto replaced = entry.hook(module, args)) args = std::move(*replaced);
+        if (auto replaced = entry.hook(module, args)) {
+          args = std::move(*replaced);
+          replaced_any = true;
+        }
       }
     }
+    return replaced_any;
   }
 
   /// Global, then the module's forward hooks; returns whether any replaced `output`.

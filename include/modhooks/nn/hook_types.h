@@ -6,7 +6,9 @@
 #include <ATen/core/ivalue.h>
 
 #include <functional>
+#include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "modhooks/core/hook_list.h"
@@ -65,12 +67,18 @@ using BackwardHookFn =
 
 /// The hook tables of one module, or the global ones. Every list counts into
 /// `call_hooks_active`, which keeps `call` on its fast path while nothing is registered.
+/// `observer`, when given, hears of every hook added or removed (see `HookObserver`); the
+/// tables keep it alive.
 template <class M>
 struct ModuleHooks {
-  HookList<ForwardPreHookFn<M>> forward_pre{&call_hooks_active};
-  HookList<ForwardHookEntry<M>> forward{&call_hooks_active};
-  HookList<BackwardPreHookFn<M>> backward_pre{&call_hooks_active};
-  HookList<BackwardHookFn<M>> backward{&call_hooks_active};
+  explicit ModuleHooks(std::shared_ptr<HookObserver> observer = nullptr)
+      : observer(std::move(observer)) {}
+
+  std::shared_ptr<HookObserver> observer;  // declared first: the lists report to it as they die
+  HookList<ForwardPreHookFn<M>> forward_pre{&call_hooks_active, observer.get()};
+  HookList<ForwardHookEntry<M>> forward{&call_hooks_active, observer.get()};
+  HookList<BackwardPreHookFn<M>> backward_pre{&call_hooks_active, observer.get()};
+  HookList<BackwardHookFn<M>> backward{&call_hooks_active, observer.get()};
 };
 
 }  // namespace detail

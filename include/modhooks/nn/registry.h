@@ -6,6 +6,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <memory>
+#include <string>
 #include <type_traits>
 
 #include "modhooks/core/module_table.h"
@@ -36,6 +37,9 @@ std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module);
 
 /// The hook tables of `module`, created on first use.
 std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module);
+
+/// The class name Python's `_get_name()` would print ("Linear" for `torch::nn::LinearImpl`).
+std::string python_class_name(const torch::nn::Module& module);
 
 /// The tables of `register_module_*` hooks, which run for every nn module before its own.
 const std::shared_ptr<NnHooks>& global_hooks();

@@ -1,0 +1,53 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <ATen/core/function.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/jit/api/module.h>
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "modhooks/jit/registry.h"
+
+namespace modhooks {
+namespace detail {
+
+/// One place a TorchScript module is called from: the top-level `call`, or a call site inside a
+/// parent's method. Hooks' replacements are checked against its types, so a wrong one is a
+/// `modhooks::Error` that names the module instead of a failure deep in the interpreter.
+struct CallSite {
+  /// The method called; its schema types the arguments.
+  const torch::jit::Function* callee = nullptr;
+  /// The type the caller expects back; null where the callee's return type is all there is.
+  c10::TypePtr output;
+  /// How errors name the module, e.g. "submodule `fc` of __torch__.Net".
+  std::string name;
+  /// Whether a pre-hook must return exactly the callee's argument count (call sites pass every
+  /// argument; a top-level call may leave defaults out).
+  bool exact_arity = false;
+};
+
+/// Runs `invoke` (the module's method) with the module's hooks around it: Python's `_call_impl`
+/// for TorchScript modules. `hooks` are the module's own tables (may be null).
+c10::IValue run_with_hooks(torch::jit::Module& module, std::shared_ptr<JitHooks> hooks,
+                           std::vector<c10::IValue> inputs, const CallSite& site,
+                           const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke);
+
+/// Remembers the `modhooks::Error` an inner call site raised. The interpreter rethrows every
+/// error as a `c10::Error` of its own, with the TorchScript traceback; `call` hands the caller
+/// the original back.
+void remember_inner_error(std::exception_ptr error) noexcept;
+
+/// The remembered error when `seen` is the interpreter's wrapping of it, else null; forgets it.
+std::exception_ptr take_inner_error(const std::exception& seen) noexcept;
+
+/// The hooks of the module object `object`, or null.
+std::shared_ptr<JitHooks> find_hooks(const c10::ivalue::Object* object);
+
+}  // namespace detail
+}  // namespace modhooks

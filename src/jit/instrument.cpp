@@ -1,0 +1,343 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+//
+// Hooks on the inner submodules of TorchScript models. TorchScript calls a submodule through a
+// `prim::CallMethod` node in its parent's method graph, so that is where modhooks reaches it:
+// each such call site of a hooked module type is replaced by `modhooks::call_module`, an
+// operator that runs the callee's method through the hooks of the object it is handed. The
+// methods of the compilation unit are swapped for fresh `GraphFunction`s over the rewritten
+// graphs (fresh executors: the old ones cached optimized plans with the callees inlined); the
+// original function objects are kept and put back, untouched, when the last hook goes.
+#include "modhooks/jit/instrument.h"
+
+#include <ATen/core/function.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/runtime/custom_operator.h>
+#include <torch/csrc/jit/runtime/operator.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hooked_call.h"
+#include "instrumentation.h"
+#include "modhooks/core/error.h"
+
+namespace modhooks {
+namespace detail {
+namespace {
+
+using torch::jit::Block;
+using torch::jit::Function;
+using torch::jit::GraphFunction;
+using torch::jit::Node;
+using torch::jit::Stack;
+
+c10::Symbol call_module_symbol() {
+  static const c10::Symbol symbol = c10::Symbol::fromQualString("modhooks::call_module");
+  return symbol;
+}
+
+/// `forward`, or a traced forward that got a numeric suffix (`forward1`) because the type
+/// already had one: the methods Python's `__call__` runs.
+bool is_forward_name(const std::string& name) {
+  static const std::string forward = "forward";
+  return name.compare(0, forward.size(), forward) == 0 &&
+         std::all_of(name.begin() + forward.size(), name.end(),
+                     [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+/// The module type a node calls the forward of, or null when it is no such call.
+c10::ClassTypePtr called_module(const Node* node) {
+  if (node->kind() != c10::prim::CallMethod || !is_forward_name(node->s(c10::attr::name))) {
+    return nullptr;
+  }
+  auto type = node->input(0)->type()->cast<c10::ClassType>();
+  return type && type->is_module() ? type : nullptr;
+}
+
+/// Calls `f` on every node of `block` and its sub-blocks; `f` may replace the node it is given.
+template <class F>
+void for_each_node(Block* block, F& f) {
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    Node* node = *it++;
+    for (Block* sub : node->blocks()) for_each_node(sub, f);
+    f(node);
+  }
+}
+
+std::string unqualified(const c10::ClassType& type) {
+  return type.name() ? type.name()->name() : type.repr_str();
+}
+
+/// "submodule `layer1.0` (BasicBlock) of ResNet": the attribute path the call site took from
+/// its graph's `self`.
+std::string describe_call_site(const Node* node, const c10::ClassType& callee) {
+  std::string path;
+  const torch::jit::Value* value = node->input(0);
+  while (value->node()->kind() == c10::prim::GetAttr) {
+    const std::string& attr = value->node()->s(c10::attr::name);
+    path = path.empty() ? attr : attr + "." + path;
+    value = value->node()->input(0);
+  }
+  std::string owner;
+  if (auto self = value->type()->cast<c10::ClassType>()) owner = " of " + unqualified(*self);
+  return "submodule `" + path + "` (" + unqualified(callee) + ")" + owner;
+}
+
+/// The operation of one `modhooks::call_module` node: the callee is resolved once, when the
+/// interpreter builds its code; each run looks up the hooks of the object it is handed.
+torch::jit::Operation make_call_module(const Node* node) {
+  const auto type = node->input(0)->type()->expect<c10::ClassType>();
+  Function* callee = &type->getMethod(node->s(c10::attr::name));
+  auto site = std::make_shared<CallSite>();
+  site->callee = callee;
+  site->output = node->output()->type();
+  site->name = describe_call_site(node, *type);
+  site->exact_arity = true;
+  const std::size_t n = node->inputs().size();  // emitted as OP: the count is not on the stack
+  return torch::jit::Operation([n, callee, site](Stack& stack) {
+    if (call_hooks_active.load(std::memory_order_relaxed) != 0) {
+      const c10::IValue& self = torch::jit::peek(stack, 0, n);
+      if (auto hooks = find_hooks(&self.toObjectRef())) {
+        torch::jit::Module module(self.toObject());
+        std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - (n - 1)),
+                                      std::make_move_iterator(stack.end()));
+        torch::jit::drop(stack, n);
+        auto invoke = [&](std::vector<c10::IValue>& a) {
+          Stack inputs;
+          inputs.reserve(a.size() + 1);
+          inputs.push_back(module._ivalue());
+          inputs.insert(inputs.end(), a.begin(), a.end());
+          callee->run(inputs);
+          return std::move(inputs.back());
+        };
+        try {
+          stack.push_back(run_with_hooks(module, std::move(hooks), std::move(args), *site, invoke));
+        } catch (const Error&) {
+          remember_inner_error(std::current_exception());
+          throw;
+        }
+        return;
+      }
+    }
+    Stack inputs(std::make_move_iterator(stack.end() - n), std::make_move_iterator(stack.end()));
+    torch::jit::drop(stack, n);
+    callee->run(inputs);
+    stack.push_back(std::move(inputs.back()));
+  });
+}
+
+/// Registered here, beside the rewriting, so that a static libmodhooks always links it.
+const torch::jit::RegisterOperators call_module_operator({torch::jit::Operator(
+    call_module_symbol(), make_call_module, c10::AliasAnalysisKind::CONSERVATIVE)});
+
+}  // namespace
+
+/// The rewriting state of one compilation unit.
+class Instrumentation {
+ public:
+  explicit Instrumentation(const std::shared_ptr<torch::jit::CompilationUnit>& cu)
+      : cu_(cu), unit_(cu.get()) {
+    discover(*cu);
+  }
+
+  bool serves(const torch::jit::CompilationUnit* unit) const {
+    return unit == unit_ && !cu_.expired();
+  }
+  bool dead() const { return cu_.expired(); }
+
+  /// Rewrites the call sites of `type` now (with those already hooked), before its first hook.
+  void prepare(const c10::ClassType* type) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    suspended_ = false;
+    install(key(type));
+  }
+
+  /// A module of `type` gained or lost hooks: rewrites or restores when the count crosses zero.
+  void count(const c10::ClassType* type, std::int64_t delta) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::int64_t& n = counts_[type];
+    const bool crossed = (n == 0) != (n + delta == 0);
+    n += delta;
+    if (n == 0) counts_.erase(type);
+    if (!crossed) return;
+    try {
+      install(key(nullptr));
+    } catch (const std::exception& e) {
+      TORCH_WARN("modhooks: could not rewrite the TorchScript code after a hook change: ",
+                 e.what());
+    }
+  }
+
+  /// `instrument(root)` (every call site) and `uninstrument(root)` (the original code).
+  void set_all(bool all) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    all_ = all;
+    suspended_ = !all;
+    install(key(nullptr));
+  }
+
+  bool calls(const c10::ClassType* type) const { return callees_.count(type) != 0; }
+
+ private:
+  using Key = std::vector<const c10::ClassType*>;  // sorted; empty: the original code
+
+  struct Class {
+    c10::ClassTypePtr type;
+    std::vector<Function*> methods;  // the originals, in the type's order
+  };
+
+  /// Every module class of the unit with its methods, and the types some call site calls.
+  void discover(torch::jit::CompilationUnit& cu) {
+    std::set<const c10::ClassType*> seen;
+    for (Function* fn : cu.get_functions()) {
+      auto* graph_fn = fn ? torch::jit::tryToGraphFunction(*fn) : nullptr;
+      if (!graph_fn || graph_fn->graph()->inputs().empty()) continue;
+      auto self = graph_fn->graph()->inputs()[0]->type()->cast<c10::ClassType>();
+      if (!self || !self->is_module() || self->findMethod(fn->name()) != fn) continue;
+      if (seen.insert(self.get()).second) classes_.push_back(Class{self, self->methods()});
+      auto collect = [&](Node* node) {
+        if (auto callee = called_module(node)) callees_.insert(callee.get());
+      };
+      for_each_node(graph_fn->graph()->block(), collect);
+    }
+  }
+
+  /// The types whose call sites must be rewritten now, with `extra` about to be hooked.
+  Key key(const c10::ClassType* extra) const {
+    Key key;
+    if (suspended_) return key;
+    for (const c10::ClassType* type : callees_) {
+      if (all_ || type == extra || counts_.count(type)) key.push_back(type);
+    }
+    return key;
+  }
+
+  void install(const Key& key) {
+    if (key == installed_) return;
+    if (key.empty()) {
+      for (const Class& c : classes_) swap_methods(c, c.methods);
+    } else {
+      auto& version = versions_[key];
+      if (version.empty()) version = build(key);
+      std::size_t next = 0;
+      for (const Class& c : classes_) {
+        std::vector<Function*> methods;
+        for (std::size_t i = 0; i < c.methods.size(); ++i) methods.push_back(version[next++].get());
+        swap_methods(c, methods);
+      }
+    }
+    installed_ = key;
+  }
+
+  static void swap_methods(const Class& c, const std::vector<Function*>& methods) {
+    for (Function* m : c.methods) c.type->unsafeRemoveMethod(m->name());
+    for (Function* m : methods) c.type->addMethod(m);
+  }
+
+  /// Fresh functions for every method of the unit, their graphs copied, and in them each call
+  /// of a type in `key` replaced by `modhooks::call_module` with the same inputs and types.
+  std::vector<std::unique_ptr<Function>> build(const Key& key) const {
+    std::vector<std::unique_ptr<Function>> out;
+    for (const Class& c : classes_) {
+      for (Function* m : c.methods) {
+        auto graph = torch::jit::toGraphFunction(*m).graph()->copy();
+        auto rewrite = [&](Node* node) {
+          auto callee = called_module(node);
+          if (!callee || !std::binary_search(key.begin(), key.end(), callee.get())) return;
+          torch::jit::WithInsertPoint guard(node);
+          Node* call = graph->create(call_module_symbol(), node->inputs(), node->outputs().size());
+          call->s_(c10::attr::name, node->s(c10::attr::name));
+          graph->insertNode(call);
+          for (std::size_t i = 0; i < node->outputs().size(); ++i) {
+            call->output(i)->setType(node->output(i)->type());
+            node->output(i)->replaceAllUsesWith(call->output(i));
+          }
+          node->destroy();
+        };
+        for_each_node(graph->block(), rewrite);
+        auto fn = std::make_unique<GraphFunction>(m->qualname(), std::move(graph), nullptr);
+        fn->setSchema(m->getSchema());
+        out.push_back(std::move(fn));
+      }
+    }
+    return out;
+  }
+
+  std::mutex mutex_;
+  std::weak_ptr<torch::jit::CompilationUnit> cu_;
+  const torch::jit::CompilationUnit* unit_;
+  std::vector<Class> classes_;
+  std::set<const c10::ClassType*> callees_;  // ordered: keys come out sorted
+  std::map<const c10::ClassType*, std::int64_t> counts_;
+  bool all_ = false;
+  bool suspended_ = false;
+  Key installed_;
+  // Every rewritten version built, kept for the unit's lifetime: the interpreter of a running
+  // call, or a `Method` a user holds, may still point into one that is no longer installed.
+  std::map<Key, std::vector<std::unique_ptr<Function>>> versions_;
+};
+
+namespace {
+
+class InnerHookObserver final : public HookObserver {
+ public:
+  InnerHookObserver(std::weak_ptr<Instrumentation> inst, const c10::ClassType* type)
+      : inst_(std::move(inst)), type_(type) {}
+  void hooks_changed(std::int64_t delta) noexcept override {
+    if (auto inst = inst_.lock()) inst->count(type_, delta);
+  }
+
+ private:
+  std::weak_ptr<Instrumentation> inst_;
+  const c10::ClassType* type_;
+};
+
+}  // namespace
+
+std::shared_ptr<Instrumentation> instrumentation_for(const torch::jit::Module& module) {
+  static std::mutex mutex;
+  static std::vector<std::shared_ptr<Instrumentation>> units;
+  auto cu = module.type()->compilation_unit();
+  std::lock_guard<std::mutex> lock(mutex);
+  units.erase(std::remove_if(units.begin(), units.end(), [](const auto& u) { return u->dead(); }),
+              units.end());
+  for (const auto& unit : units) {
+    if (unit->serves(cu.get())) return unit;
+  }
+  units.push_back(std::make_shared<Instrumentation>(cu));
+  return units.back();
+}
+
+void prepare_inner_hooks(Instrumentation& instrumentation, const torch::jit::Module& module) {
+  if (instrumentation.calls(module.type().get())) instrumentation.prepare(module.type().get());
+}
+
+std::shared_ptr<HookObserver> inner_hook_observer(const std::shared_ptr<Instrumentation>& inst,
+                                                  const torch::jit::Module& module) {
+  return std::make_shared<InnerHookObserver>(inst, module.type().get());
+}
+
+}  // namespace detail
+
+void instrument(const torch::jit::Module& root) {
+  detail::instrumentation_for(root)->set_all(true);
+}
+
+void uninstrument(const torch::jit::Module& root) {
+  detail::instrumentation_for(root)->set_all(false);
+}
+
+}  // namespace modhooks
