@@ -2,11 +2,15 @@
 #include "modhooks/nn/sequential.h"
 
 #include <gtest/gtest.h>
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/rnn.h>
 
 #include <string>
 #include <vector>
 
+#include "modhooks/nn/modules.h"
 #include "modhooks/nn/register.h"
 #include "nets.h"
 #include "test_util.h"
@@ -49,6 +53,142 @@ TEST(Sequential, EmptyAndWrongReturnTypeAreErrors) {
   EXPECT_THROWS_WITH(empty->forward(at::randn({1})), "empty Sequential");
   modhooks::Sequential seq{torch::nn::ReLU()};
   EXPECT_THROWS_WITH(seq->forward<int>(at::randn({1})), "but you asked for type int");
+}
+
+TEST(Sequential, HolderCallRunsTheSequentialsOwnHooks) {
+  modhooks::Sequential seq(torch::nn::Linear(4, 2));
+  int fired = 0;
+  auto handle = modhooks::register_forward_hook(
+      seq, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++fired; });
+  seq(at::randn({1, 4}));
+  EXPECT_EQ(fired, 1);
+}
+
+std::vector<at::Tensor> parameters_of(const torch::nn::Module& module) {
+  std::vector<at::Tensor> result;
+  for (const auto& p : module.parameters()) result.push_back(p);
+  return result;
+}
+
+TEST(Sequential, CloneCopiesWeightsIntoIndependentChildren) {
+  modhooks::Sequential seq({{"fc1", torch::nn::Linear(4, 3)},
+                            {"act", torch::nn::ReLU()},
+                            {"fc2", modhooks::nn::Linear(3, 2)}});
+  seq->eval();
+  auto copy = std::dynamic_pointer_cast<modhooks::SequentialImpl>(seq->clone());
+  ASSERT_TRUE(copy);
+  EXPECT_EQ(copy->named_parameters().keys(), seq->named_parameters().keys());
+  EXPECT_FALSE(copy->is_training());
+  auto mine = parameters_of(*seq), theirs = parameters_of(*copy);
+  ASSERT_EQ(mine.size(), theirs.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    EXPECT_TRUE(at::equal(mine[i], theirs[i])) << i;
+    EXPECT_FALSE(mine[i].is_same(theirs[i])) << i;
+  }
+  auto x = at::randn({2, 4});
+  EXPECT_TRUE(at::equal(copy->forward(x), seq->forward(x)));
+  {
+    at::NoGradGuard no_grad;
+    seq->at<torch::nn::LinearImpl>(0).weight.add_(1);
+  }
+  EXPECT_FALSE(at::equal(copy->forward(x), seq->forward(x)));
+  // The copy's children are new modules, and run through their own hooks.
+  EXPECT_NE(copy->ptr(0).get(), seq->ptr(0).get());
+  int fired = 0;
+  auto handle = modhooks::register_forward_hook(
+      copy->ptr(2), [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++fired; });
+  copy->forward(x);
+  seq->forward(x);
+  EXPECT_EQ(fired, 1);
+}
+
+/// What `Cloneable::clone` of a parent does with a modhooks::Sequential member: it builds a new
+/// parent and copies each child into the new one's.
+struct ParentImpl : torch::nn::Cloneable<ParentImpl> {
+  ParentImpl() { reset(); }
+  void reset() override {
+    seq = register_module("seq", modhooks::Sequential(torch::nn::Linear(3, 3)));
+  }
+  modhooks::Sequential seq{nullptr};
+};
+
+TEST(Sequential, CloneOfAParentKeepsTheWeights) {
+  auto parent = std::make_shared<ParentImpl>();
+  auto copy = std::dynamic_pointer_cast<ParentImpl>(parent->clone());
+  auto mine = parameters_of(*parent), theirs = parameters_of(*copy);
+  ASSERT_EQ(mine.size(), 2u);
+  ASSERT_EQ(theirs.size(), 2u);
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    EXPECT_TRUE(at::equal(mine[i], theirs[i])) << i;
+    EXPECT_FALSE(mine[i].is_same(theirs[i])) << i;
+  }
+  EXPECT_TRUE(at::equal(copy->seq->parameters()[0], theirs[0]));
+}
+
+TEST(Sequential, ChildrenWithDefaultArgumentsWorkAsInLibtorchs) {
+  torch::nn::LSTM lstm(4, 5);
+  modhooks::Sequential ours(lstm);
+  torch::nn::Sequential theirs(lstm);
+  using LstmOut = std::tuple<at::Tensor, std::tuple<at::Tensor, at::Tensor>>;
+  std::size_t arity = 0;
+  auto handle = modhooks::register_forward_pre_hook(
+      lstm, [&](torch::nn::Module&, const IValues& args) { arity = args.size(); });
+  auto x = at::randn({3, 2, 4});
+  auto [y, state] = ours->forward<LstmOut>(x);
+  EXPECT_EQ(arity, 2u) << "hooks see the hidden state filled in, as forward receives it";
+  EXPECT_TRUE(at::equal(y, std::get<0>(theirs->forward<LstmOut>(x))));
+  EXPECT_THROWS_WITH(ours->forward<LstmOut>(x, std::make_tuple(x, x), 1),
+                     "expects at least 1 argument(s) and at most 2 argument(s), but received 3");
+
+  torch::nn::MultiheadAttention attention(4, 2);
+  modhooks::Sequential seq(attention);
+  auto q = at::randn({3, 2, 4});
+  auto [out, weights] = seq->forward<std::tuple<at::Tensor, at::Tensor>>(q, q, q);
+  EXPECT_TRUE(at::equal(out, std::get<0>(attention->forward(q, q, q))));
+  EXPECT_EQ(weights.sizes(), (std::vector<int64_t>{2, 3, 3}));
+}
+
+TEST(Sequential, MembersOfLibtorchsSequential) {
+  modhooks::Sequential seq;
+  EXPECT_TRUE(seq->is_empty());
+  torch::nn::Linear a(2, 2);
+  seq->push_back(a);                                              // libtorch holder
+  seq->push_back("act", torch::nn::ReLUImpl());                   // module value, named
+  seq->push_back(std::make_shared<torch::nn::LinearImpl>(2, 3));  // shared_ptr
+  seq->push_back(modhooks::nn::Tanh());                           // modhooks holder
+  std::vector<torch::nn::Linear> more{torch::nn::Linear(3, 2)};
+  seq->extend(more);
+  EXPECT_EQ(seq->size(), 5u);
+  EXPECT_FALSE(seq->is_empty());
+  EXPECT_EQ(seq->named_children().keys(), (std::vector<std::string>{"0", "act", "2", "3", "4"}));
+
+  EXPECT_EQ(seq->ptr(0).get(), a.get());
+  EXPECT_EQ(seq[0].get(), a.get());
+  EXPECT_EQ(seq->ptr<torch::nn::LinearImpl>(0).get(), a.get());
+  EXPECT_EQ(&seq->at<torch::nn::LinearImpl>(0), a.get());
+  EXPECT_EQ(seq->at<torch::nn::LinearImpl>(2).options.out_features(), 3);
+  EXPECT_THROWS_WITH(seq->at<torch::nn::LinearImpl>(1), "Attempted to cast module");
+  EXPECT_THROWS_WITH(seq->ptr(5), "Index out of range");
+
+  std::vector<torch::nn::Module*> iterated;
+  for (auto& module : *seq) iterated.push_back(module.ptr().get());
+  ASSERT_EQ(iterated.size(), 5u);
+  EXPECT_EQ(iterated[0], a.get());
+  EXPECT_EQ(iterated[4], more[0].get());
+
+  seq->extend(*seq);  // the same children again, as libtorch's extend shares them
+  EXPECT_EQ(seq->size(), 10u);
+  EXPECT_EQ(seq->ptr(5).get(), a.get());
+  std::vector<std::string> fired;
+  std::vector<ScopedHandle> handles;
+  for (std::size_t i : {0u, 4u}) {
+    handles.emplace_back(modhooks::register_forward_hook(
+        seq->ptr(i), [&, i](torch::nn::Module&, const IValues&, const c10::IValue&) {
+          fired.push_back(std::to_string(i));
+        }));
+  }
+  EXPECT_EQ(seq->forward(at::randn({1, 2})).sizes(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(fired, (std::vector<std::string>{"0", "4", "0", "4"}));
 }
 
 }  // namespace

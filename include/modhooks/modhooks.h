@@ -9,6 +9,7 @@
 #include "modhooks/jit/call.h"
 #include "modhooks/jit/instrument.h"
 #include "modhooks/nn/call.h"
+#include "modhooks/nn/modules.h"
 #include "modhooks/nn/register.h"
 #include "modhooks/nn/sequential.h"
 #include "modhooks/nn/submodule.h"

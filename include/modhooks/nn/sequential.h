@@ -2,98 +2,266 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <torch/nn/cloneable.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/any.h>
 #include <torch/nn/pimpl.h>
+#include <torch/types.h>
 
 #include <c10/util/Exception.h>
 #include <c10/util/Type.h>
 
 #include <cstddef>
+#include <initializer_list>
 #include <memory>
+#include <ostream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "modhooks/nn/call.h"
+#include "modhooks/nn/holder.h"
 
 namespace modhooks {
 namespace detail {
 
+/// `FORWARD_HAS_DEFAULT_ARGS` lets AnyModule fill in the default arguments of a module's
+/// `forward`, through three virtual functions that libtorch keeps protected for AnyModule. A
+/// pointer to member named through a class derived from `Module` reaches them on any module, so
+/// the adapter below can answer for its child.
+struct DefaultArgs : torch::nn::Module {
+  static bool has(torch::nn::Module& m) { return (m.*&DefaultArgs::_forward_has_default_args)(); }
+  static unsigned int num_required(torch::nn::Module& m) {
+    return (m.*&DefaultArgs::_forward_num_required_args)();
+  }
+  static std::vector<torch::nn::AnyValue> populate(torch::nn::Module& m,
+                                                   std::vector<torch::nn::AnyValue>&& args) {
+    return (m.*&DefaultArgs::_forward_populate_default_args)(std::move(args));
+  }
+};
+
 /// An adapter that `torch::nn::AnyModule` can type-erase: its `forward` has the child's
-/// signature and runs the child through `call`. It registers nothing, so parameter names stay
-/// those of the child.
+/// signature and runs the child through `call`, and it fills in the child's default arguments as
+/// AnyModule would for the child itself. It registers nothing, so parameter names stay those of
+/// the child.
 template <class T, class Forward = decltype(&T::forward)>
 struct HookedForward;
 
-template <class T, class R, class... A>
-struct HookedForward<T, R (T::*)(A...)> : torch::nn::Module {
+/// `C` is the class that declares `forward`: `T` or a base of it (the norm and pooling templates).
+template <class T, class C, class R, class... A>
+struct HookedForward<T, R (C::*)(A...)> : torch::nn::Module {
   explicit HookedForward(std::shared_ptr<T> child) : child(std::move(child)) {}
-  R forward(A... args) { return modhooks::call(child, std::forward<A>(args)...); }
+  R forward(A... args) { return modhooks::call(*child, std::forward<A>(args)...); }
+
+  bool _forward_has_default_args() override { return DefaultArgs::has(*child); }
+  unsigned int _forward_num_required_args() override { return DefaultArgs::num_required(*child); }
+  std::vector<torch::nn::AnyValue> _forward_populate_default_args(
+      std::vector<torch::nn::AnyValue>&& args) override {
+    return DefaultArgs::populate(*child, std::move(args));
+  }
+
   std::shared_ptr<T> child;
 };
 
+/// The child as AnyModule gets it; `Sequential` needs its type to run it through its hooks.
 template <class T>
-std::shared_ptr<T> shared_module(const std::shared_ptr<T>& module) {
+std::shared_ptr<T> shared_module(std::shared_ptr<T> module) {
   return module;
 }
 template <class T>
 std::shared_ptr<T> shared_module(const torch::nn::ModuleHolder<T>& module) {
   return module.ptr();
 }
+template <class M, std::enable_if_t<std::is_base_of_v<torch::nn::Module, std::decay_t<M>>, int> = 0>
+std::shared_ptr<std::decay_t<M>> shared_module(M&& module) {
+  return std::make_shared<std::decay_t<M>>(std::forward<M>(module));
+}
+
+template <class M>
+using SharedModule = decltype(shared_module(std::declval<M>()));
+
+template <class M, class = void>
+struct IsTypedModule : std::false_type {};
+template <class M>
+struct IsTypedModule<M, std::void_t<SharedModule<M>>> : std::true_type {};
+
+/// A child of `modhooks::Sequential`: libtorch's AnyModule of the child itself (what iteration,
+/// `at`, `ptr` and `clone` see, as in `torch::nn::Sequential`) and of its hook-running adapter.
+struct SequentialChild {
+  template <class M>
+  SequentialChild(std::string name, M&& module) : name(std::move(name)) {
+    static_assert(IsTypedModule<M>::value,
+                  "modhooks::Sequential takes a module, a ModuleHolder or a shared_ptr to a "
+                  "module: it needs the child's type to run it through its hooks, which an "
+                  "AnyModule has erased");
+    auto child = shared_module(std::forward<M>(module));
+    using T = typename decltype(child)::element_type;
+    adapt = [](const torch::nn::AnyModule& m) {
+      return torch::nn::AnyModule(std::make_shared<HookedForward<T>>(m.ptr<T>()));
+    };
+    this->module = torch::nn::AnyModule(std::move(child));
+    hooked = adapt(this->module);
+  }
+
+  /// The same child, with a new adapter around `module` (a clone of this child).
+  SequentialChild with_module(torch::nn::AnyModule module) const {
+    SequentialChild copy = *this;
+    copy.hooked = adapt(module);
+    copy.module = std::move(module);
+    return copy;
+  }
+
+  std::string name;
+  torch::nn::AnyModule module;
+  torch::nn::AnyModule hooked;
+  torch::nn::AnyModule (*adapt)(const torch::nn::AnyModule&) = nullptr;
+};
 
 }  // namespace detail
 
-/// A hook-aware `torch::nn::Sequential`: built the same way, but its `forward` runs every child
-/// through `modhooks::call`, so the children's hooks fire. Children are registered under "0",
-/// "1", ... (or the given names), so parameter names match libtorch's and Python's.
-class SequentialImpl : public torch::nn::Module {
+/// A child of a `Sequential` with its name: `Sequential({{"fc", torch::nn::Linear(4, 2)}})`, as
+/// libtorch's `NamedAnyModule`, but keeping the child's type.
+using NamedModule = detail::SequentialChild;
+
+/// A hook-aware `torch::nn::Sequential` with the same members: built the same way, but its
+/// `forward` runs every child through `modhooks::call`, so the children's hooks fire. Children
+/// are registered under "0", "1", ... (or the given names), so parameter names match libtorch's
+/// and Python's. Iteration, `at`, `ptr` and `operator[]` give the children themselves, as
+/// libtorch's do; calling a child through them calls its `forward` directly.
+///
+/// Unlike libtorch's, it takes no `AnyModule`: the type of the child, which `call` needs, is
+/// gone from it.
+class SequentialImpl : public torch::nn::Cloneable<SequentialImpl> {
  public:
+  using Iterator = std::vector<torch::nn::AnyModule>::iterator;
+  using ConstIterator = std::vector<torch::nn::AnyModule>::const_iterator;
+
   SequentialImpl() = default;
 
   template <class... Modules>
   explicit SequentialImpl(Modules&&... modules) {
+    modules_.reserve(sizeof...(Modules));
+    children_info_.reserve(sizeof...(Modules));
     (push_back(std::forward<Modules>(modules)), ...);
   }
 
-  /// Appends a `ModuleHolder` (e.g. `torch::nn::Linear`) or a `shared_ptr` to a module.
-  template <class M>
-  void push_back(M&& module) {
-    push_back(std::to_string(children_.size()), std::forward<M>(module));
+  explicit SequentialImpl(std::initializer_list<NamedModule> named_modules) {
+    for (const auto& child : named_modules) add(child);
   }
 
-  template <class M>
-  void push_back(std::string name, M&& module) {
-    auto child = detail::shared_module(module);
-    using T = typename decltype(child)::element_type;
-    register_module(std::move(name), child);
-    children_.push_back(child);
-    forwards_.emplace_back(std::make_shared<detail::HookedForward<T>>(std::move(child)));
+  /// A deep copy, as libtorch's: every child by its own `clone`, so weights are copied, not
+  /// shared. The names stay.
+  std::shared_ptr<torch::nn::Module> clone(
+      const torch::optional<torch::Device>& device = torch::nullopt) const override {
+    auto copy = std::make_shared<SequentialImpl>();
+    for (std::size_t i = 0; i < modules_.size(); ++i) {
+      copy->add(children_info_[i].with_module(modules_[i].clone(device)));
+    }
+    copy->train(is_training());
+    return copy;
   }
+
+  /// Nothing to reset: the children own their parameters.
+  void reset() override {}
+
+  void pretty_print(std::ostream& stream) const override { stream << "modhooks::Sequential"; }
 
   /// Runs the children in order, each through `call`; the first receives `inputs`.
   template <class Return = at::Tensor, class... Inputs>
   Return forward(Inputs&&... inputs) {
-    TORCH_CHECK(!forwards_.empty(), "Cannot call forward() on an empty Sequential");
-    auto it = forwards_.begin();
-    torch::nn::AnyValue value = it->any_forward(std::forward<Inputs>(inputs)...);
-    for (++it; it != forwards_.end(); ++it) value = it->any_forward(std::move(value));
+    TORCH_CHECK(!is_empty(), "Cannot call forward() on an empty Sequential");
+    auto it = children_info_.begin();
+    torch::nn::AnyValue value = it->hooked.any_forward(std::forward<Inputs>(inputs)...);
+    for (++it; it != children_info_.end(); ++it) value = it->hooked.any_forward(std::move(value));
     auto* result = value.template try_get<Return>();
     TORCH_CHECK(result, "The type of the return value is ", c10::demangle(value.type_info().name()),
                 ", but you asked for type ", c10::demangle_type<Return>());
     return std::move(*result);
   }
 
-  /// Child `index`, as libtorch's `Sequential::ptr(index)`.
-  std::shared_ptr<torch::nn::Module> ptr(std::size_t index) const { return children_.at(index); }
+  /// Appends a module, a `ModuleHolder` (e.g. `torch::nn::Linear`, `modhooks::nn::Linear`) or a
+  /// `shared_ptr` to a module, under the next index or the given name.
+  template <class M>
+  void push_back(M&& module) {
+    push_back(std::to_string(modules_.size()), std::forward<M>(module));
+  }
 
-  std::size_t size() const noexcept { return children_.size(); }
+  template <class M>
+  void push_back(std::string name, M&& module) {
+    add(NamedModule(std::move(name), std::forward<M>(module)));
+  }
+
+  /// Appends every module of `container`, as `push_back` would.
+  template <class Container>
+  void extend(const Container& container) {
+    for (const auto& module : container) push_back(module);
+  }
+
+  /// Appends the children of `other` (the same modules, not copies), as libtorch's `extend`
+  /// with a Sequential does.
+  void extend(const SequentialImpl& other) {
+    auto children = other.children_info_;  // `other` may be this Sequential
+    for (auto& child : children) {
+      child.name = std::to_string(modules_.size());
+      add(std::move(child));
+    }
+  }
+
+  Iterator begin() { return modules_.begin(); }
+  ConstIterator begin() const { return modules_.begin(); }
+  Iterator end() { return modules_.end(); }
+  ConstIterator end() const { return modules_.end(); }
+
+  /// Child `index` as a `T`; throws if it is of another type.
+  template <class T>
+  T& at(std::size_t index) {
+    TORCH_CHECK(index < size(), "Index out of range");
+    return modules_[index].get<T>();
+  }
+  template <class T>
+  const T& at(std::size_t index) const {
+    TORCH_CHECK(index < size(), "Index out of range");
+    return modules_[index].get<T>();
+  }
+
+  /// Child `index`.
+  std::shared_ptr<torch::nn::Module> ptr(std::size_t index) const {
+    TORCH_CHECK(index < size(), "Index out of range");
+    return modules_[index].ptr();
+  }
+  template <class T>
+  std::shared_ptr<T> ptr(std::size_t index) const {
+    TORCH_CHECK(index < size(), "Index out of range");
+    return modules_[index].ptr<T>();
+  }
+  std::shared_ptr<torch::nn::Module> operator[](std::size_t index) const { return ptr(index); }
+
+  std::size_t size() const noexcept { return modules_.size(); }
+  bool is_empty() const noexcept { return modules_.empty(); }
 
  private:
-  std::vector<std::shared_ptr<torch::nn::Module>> children_;
-  std::vector<torch::nn::AnyModule> forwards_;
+  void add(detail::SequentialChild child) {
+    register_module(child.name, child.module.ptr());
+    modules_.push_back(child.module);
+    children_info_.push_back(std::move(child));
+  }
+
+  std::vector<torch::nn::AnyModule> modules_;
+  std::vector<detail::SequentialChild> children_info_;
 };
 
-TORCH_MODULE(Sequential);
+/// The holder of `SequentialImpl`: `seq(x)` runs the Sequential's own hooks around its children's.
+class Sequential : public nn::ModuleHolder<SequentialImpl> {
+ public:
+  using nn::ModuleHolder<SequentialImpl>::ModuleHolder;
+  using Impl = SequentialImpl;
+
+  Sequential() = default;
+
+  /// `Sequential({{"fc", torch::nn::Linear(4, 2)}, {"act", torch::nn::ReLU()}})`.
+  Sequential(std::initializer_list<NamedModule> named_modules)
+      : nn::ModuleHolder<SequentialImpl>(std::make_shared<SequentialImpl>(named_modules)) {}
+};
 
 }  // namespace modhooks

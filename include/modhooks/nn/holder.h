@@ -1,0 +1,78 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <torch/nn/pimpl.h>
+
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "modhooks/nn/call.h"
+
+namespace modhooks {
+namespace nn {
+
+/// A `torch::nn::ModuleHolder` whose `operator()` runs the module through `modhooks::call`, so
+/// `holder(args...)` fires the module's hooks. libtorch's holder calls `forward` directly and its
+/// `operator()` is not virtual, hence a holder of our own rather than a hook point in libtorch's.
+///
+/// It derives from libtorch's holder of the same module, so it goes wherever that holder goes:
+/// `register_module`, `torch::nn::Sequential::push_back`, `modhooks::register_*`. It converts to
+/// and from libtorch's holders of the same `Impl`; every conversion shares the module, as copying
+/// a holder does.
+template <class Impl>
+class ModuleHolder : public torch::nn::ModuleHolder<Impl> {
+  using Base = torch::nn::ModuleHolder<Impl>;
+
+ public:
+  using Base::Base;
+
+  /// Default-constructs the module, as libtorch's holder does (a static error when `Impl` has no
+  /// default constructor).
+  ModuleHolder() = default;
+
+  /// Shares the module of a libtorch holder: `modhooks::nn::Linear fc = torch::nn::Linear(4, 2);`.
+  /* implicit */ ModuleHolder(const torch::nn::ModuleHolder<Impl>& other)
+      : Base(other.is_empty() ? nullptr : other.ptr()) {}
+
+  /// A libtorch holder of the same module: `torch::nn::Linear plain = hooked;`.
+  template <class Holder, std::enable_if_t<std::is_base_of_v<Base, Holder> &&
+                                               !std::is_base_of_v<ModuleHolder, Holder>,
+                                           int> = 0>
+  /* implicit */ operator Holder() const {
+    return Holder(this->impl_);
+  }
+
+  /// Runs the module through its hooks: `modhooks::call(*this, args...)`. Throws on an empty
+  /// holder where libtorch's would dereference null.
+  template <class... Args>
+  auto operator()(Args&&... args)
+      -> decltype(modhooks::call(std::declval<Impl&>(), std::forward<Args>(args)...)) {
+    return modhooks::call(*this->get(), std::forward<Args>(args)...);
+  }
+};
+
+}  // namespace nn
+}  // namespace modhooks
+
+/// Like `TORCH_MODULE_IMPL(Name, ImplType)`: declares the holder `Name` of `ImplType`, whose
+/// `operator()` fires the module's hooks.
+#define MODHOOKS_MODULE_IMPL(Name, ImplType)                    \
+  class Name : public ::modhooks::nn::ModuleHolder<ImplType> {  \
+   public:                                                      \
+    using ::modhooks::nn::ModuleHolder<ImplType>::ModuleHolder; \
+    using Impl = ImplType;                                      \
+  }
+
+/// Like `TORCH_MODULE(Name)`: declares the holder `Name` of `NameImpl`, whose `operator()` fires
+/// the module's hooks.
+///
+/// **Example**:
+/// \code
+///   struct NetImpl : torch::nn::Module { at::Tensor forward(at::Tensor x); };
+///   MODHOOKS_MODULE(Net);
+///   Net net;
+///   auto y = net(x);   // runs Net's hooks, as modhooks::call(net, x)
+/// \endcode
+#define MODHOOKS_MODULE(Name) MODHOOKS_MODULE_IMPL(Name, Name##Impl)
