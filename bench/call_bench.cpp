@@ -3,6 +3,7 @@
 // shared machine hits both alike, and reports both means and what the case adds:
 //   - Linear(16,16): direct forward vs call with no hooks anywhere;
 //   - Linear(16,16): direct forward vs call with two forward hooks;
+//   - Linear(16,16) without hooks while 100 other modules have hooks: forward vs call;
 //   - 8 x Linear(64,64), batch 32, forward+backward: torch::nn::Sequential with no hooks vs
 //     modhooks::Sequential with a full backward hook on every layer;
 //   - a TorchScript module: forward vs call with no hooks.
@@ -83,6 +84,29 @@ void BM_Linear16_CallTwoForwardHooks_vs_Forward(benchmark::State& state) {
   linear16_call_vs_forward(state, 2);
 }
 BENCHMARK(BM_Linear16_CallTwoForwardHooks_vs_Forward);
+
+/// Linear(16,16) without hooks of its own while 100 other modules have a forward hook each:
+/// `call` leaves its fast path, and the filter of hooked modules must send it on to `forward`.
+void BM_Linear16_CallUnhookedWhileOthersHooked_vs_Forward(benchmark::State& state) {
+  torch::nn::Linear linear(16, 16);
+  std::vector<torch::nn::Linear> others;
+  std::vector<modhooks::ScopedHandle> handles;
+  for (int i = 0; i < 100; ++i) {
+    others.emplace_back(1, 1);
+    handles.emplace_back(modhooks::register_forward_hook(
+        others.back(), [](torch::nn::Module&, const IValues&, const c10::IValue&) {}));
+  }
+  auto x = at::randn({1, 16});
+  paired(
+      state, kBatch,
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(linear->forward(x));
+      },
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(linear, x));
+      });
+}
+BENCHMARK(BM_Linear16_CallUnhookedWhileOthersHooked_vs_Forward);
 
 void BM_MLP8_FullBackwardHookPerLayer_vs_NoHooks(benchmark::State& state) {
   torch::nn::Sequential plain;

@@ -413,7 +413,7 @@ TEST(FullBackwardHooks, ConcurrentRegistrationDuringBackward) {
   stop = true;
   for (auto& t : churn) t.join();
   EXPECT_EQ(fired.load(), 200);
-  EXPECT_EQ(modhooks::detail::find_hooks(*m)->backward_pre.size(), 0u);
+  EXPECT_EQ(modhooks::detail::hooks_for(*m)->backward_pre.size(), 0u);
   EXPECT_EQ(modhooks::detail::global_hooks()->backward.size(), 0u);
 }
 

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/import.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <typeinfo>
 #include <vector>
 
 #include "modhooks/modhooks.h"
@@ -215,6 +218,26 @@ TEST_P(InnerHooks, WrongPreHookArgumentType) {
   const std::string message = message_of([&] { modhooks::call(model, {x}); });
   EXPECT_NE(message.find("`head`"), std::string::npos) << message;
   EXPECT_NE(message.find("expects Tensor"), std::string::npos) << message;
+}
+
+TEST_P(InnerHooks, GlobalHooksReachEveryInstrumentedCall) {
+  modhooks::instrument(model);
+  std::vector<std::string> jit_names;
+  int nn_calls = 0;
+  ScopedHandle jit_hook(modhooks::register_module_forward_hook(
+      [&](torch::jit::Module& m, const Args&, const c10::IValue&) {
+        jit_names.push_back(m.type()->name()->name());
+      }));
+  ScopedHandle nn_hook(modhooks::register_module_forward_hook(
+      [&](torch::nn::Module&, const Args&, const c10::IValue&) { ++nn_calls; }));
+  std::vector<std::string> generic_names;
+  ScopedHandle generic_hook(modhooks::register_module_forward_pre_hook(
+      [&](auto& m, const Args&) { generic_names.push_back(typeid(m).name()); }));
+  modhooks::call(model, {x});
+  EXPECT_EQ(jit_names, expected["global_forward_order"].get<std::vector<std::string>>());
+  EXPECT_EQ(generic_names.size(), jit_names.size());
+  EXPECT_EQ(nn_calls, 0);
+  modhooks::uninstrument(model);
 }
 
 INSTANTIATE_TEST_SUITE_P(ScriptedAndTraced, InnerHooks, ::testing::Values("scripted", "traced"));

@@ -150,8 +150,8 @@ TEST(ForwardHooks, HooksMayRemoveThemselvesWhileRunning) {
   EXPECT_TRUE(at::allclose(modhooks::call(m, x), at::sigmoid(x)));
   modhooks::call(m, x);
   EXPECT_EQ(calls, 2);
-  EXPECT_EQ(modhooks::detail::find_hooks(*m)->forward.size(), 0u);
-  EXPECT_EQ(modhooks::detail::find_hooks(*m)->forward_pre.size(), 0u);
+  EXPECT_EQ(modhooks::detail::hooks_for(*m)->forward.size(), 0u);
+  EXPECT_EQ(modhooks::detail::hooks_for(*m)->forward_pre.size(), 0u);
 }
 
 TEST(ForwardHooks, AHookMayRemoveAnotherMidDispatchWhichStillRunsThisTime) {
@@ -216,7 +216,7 @@ TEST(ForwardHooks, AlwaysCalledHooksRunOnErrors) {
   EXPECT_THROWS_WITH(modhooks::call(m, x, false), "failing in ctx setup");
   EXPECT_EQ(stack, (std::vector<int>{2, -3, -2, -1}));
   for (auto* h : {&pre, &always, &raising, &global}) h->remove();
-  EXPECT_EQ(modhooks::detail::find_hooks(*m)->forward.size(), 0u);
+  EXPECT_EQ(modhooks::detail::hooks_for(*m)->forward.size(), 0u);
 }
 
 TEST(ForwardHooks, AHookThatThrowsPropagatesAndLeavesTheRegistryIntact) {
@@ -232,7 +232,7 @@ TEST(ForwardHooks, AHookThatThrowsPropagatesAndLeavesTheRegistryIntact) {
   EXPECT_THROWS_WITH(modhooks::call(m, at::randn({1})), "hook failed");
   EXPECT_THROWS_WITH(modhooks::call(m, at::randn({1})), "hook failed");
   EXPECT_EQ(calls, 4);
-  EXPECT_EQ(modhooks::detail::find_hooks(*m)->forward.size(), 1u);
+  EXPECT_EQ(modhooks::detail::hooks_for(*m)->forward.size(), 1u);
 }
 
 TEST(RemovableHandle, HarmlessAfterItsModuleWasDestroyed) {

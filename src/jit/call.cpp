@@ -91,7 +91,7 @@ void check_output(const CallSite& site, const c10::IValue& output) {
 c10::IValue run_with_hooks(torch::jit::Module& module, std::shared_ptr<JitHooks> hooks,
                            std::vector<c10::IValue> inputs, const CallSite& site,
                            const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke) {
-  Dispatch<torch::jit::Module> dispatch(nullptr, std::move(hooks));
+  Dispatch<torch::jit::Module> dispatch(jit_global_hooks().get(), std::move(hooks));
   if (dispatch.empty()) return invoke(inputs);
   auto backward_hook = dispatch.backward_hook(module, std::make_shared<torch::jit::Module>(module));
   c10::IValue output;
@@ -128,7 +128,7 @@ std::exception_ptr take_inner_error(const std::exception& seen) noexcept {
 c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue> inputs) {
   try {
     auto hooks = find_hooks(module);
-    if (!hooks) return module.forward(std::move(inputs));
+    if (!hooks && jit_global_hooks()->empty()) return module.forward(std::move(inputs));
     CallSite site;
     site.callee = &module.get_method("forward").function();
     site.name = "module " + python_class_name(module);

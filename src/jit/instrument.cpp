@@ -110,7 +110,8 @@ torch::jit::Operation make_call_module(const Node* node) {
   return torch::jit::Operation([n, callee, site](Stack& stack) {
     if (call_hooks_active.load(std::memory_order_relaxed) != 0) {
       const c10::IValue& self = torch::jit::peek(stack, 0, n);
-      if (auto hooks = find_hooks(&self.toObjectRef())) {
+      auto hooks = find_hooks(&self.toObjectRef());
+      if (hooks || !jit_global_hooks()->empty()) {
         torch::jit::Module module(self.toObject());
         std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - (n - 1)),
                                       std::make_move_iterator(stack.end()));
@@ -292,11 +293,15 @@ class Instrumentation {
 
 namespace {
 
-class InnerHookObserver final : public HookObserver {
+/// Keeps the module's filter slot, and the count of hooks on its type that decides which call
+/// sites stay rewritten.
+class InnerHookObserver final : public FilterObserver {
  public:
-  InnerHookObserver(std::weak_ptr<Instrumentation> inst, const c10::ClassType* type)
-      : inst_(std::move(inst)), type_(type) {}
+  InnerHookObserver(const void* key, std::weak_ptr<Instrumentation> inst,
+                    const c10::ClassType* type)
+      : FilterObserver(key), inst_(std::move(inst)), type_(type) {}
   void hooks_changed(std::int64_t delta) noexcept override {
+    FilterObserver::hooks_changed(delta);
     if (auto inst = inst_.lock()) inst->count(type_, delta);
   }
 
@@ -327,7 +332,7 @@ void prepare_inner_hooks(Instrumentation& instrumentation, const torch::jit::Mod
 
 std::shared_ptr<HookObserver> inner_hook_observer(const std::shared_ptr<Instrumentation>& inst,
                                                   const torch::jit::Module& module) {
-  return std::make_shared<InnerHookObserver>(inst, module.type().get());
+  return std::make_shared<InnerHookObserver>(module._ivalue().get(), inst, module.type().get());
 }
 
 }  // namespace detail

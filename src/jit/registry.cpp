@@ -18,6 +18,7 @@ std::shared_ptr<JitHooks> find_hooks(const torch::jit::Module& module) {
 }
 
 std::shared_ptr<JitHooks> find_hooks(const c10::ivalue::Object* object) {
+  if (!hooked_modules.may_have_hooks(object)) return nullptr;
   return table_of<JitHooks>().find(object);
 }
 
@@ -27,6 +28,11 @@ std::shared_ptr<JitHooks> hooks_for(torch::jit::Module& module) {
   return jit_entry_for(table_of<JitHooks>(), module, [&] {
     return std::make_shared<JitHooks>(inner_hook_observer(instrumentation, module));
   });
+}
+
+const std::shared_ptr<JitHooks>& jit_global_hooks() {
+  static const std::shared_ptr<JitHooks> hooks = std::make_shared<JitHooks>();
+  return hooks;
 }
 
 std::string python_class_name(const torch::jit::Module& module) {

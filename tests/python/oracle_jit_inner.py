@@ -87,6 +87,16 @@ def run_hooks(net, x):
     }
 
 
+def global_forward_order(net, x):
+    """Class names in the order a global forward hook sees them."""
+    names = []
+    h = torch.nn.modules.module.register_module_forward_hook(
+        lambda m, args, out: names.append(type(m).__name__))
+    net(x)
+    h.remove()
+    return names
+
+
 def main(out_dir):
     warnings.filterwarnings("ignore", category=FutureWarning)  # TorchScript is deprecated
     torch.manual_seed(1)
@@ -98,5 +108,6 @@ def main(out_dir):
     torch.jit.script(RaisingNet()).save(str(out_dir / "inner_raising.pt"))
     with torch.no_grad():
         plain = values(net(x))
-    result = {"x": values(x), "plain_output": plain, "hooks": run_hooks(net, x)}
+    result = {"x": values(x), "plain_output": plain, "hooks": run_hooks(net, x),
+              "global_forward_order": global_forward_order(net, x)}
     (out_dir / "jit_inner_oracle.json").write_text(json.dumps(result))

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -19,12 +20,53 @@ namespace detail {
 /// anywhere", and the module's `forward` runs as if modhooks were not there.
 inline std::atomic<std::int64_t> call_hooks_active{0};
 
-/// Told how many hooks a list gained or lost, beside `call_hooks_active`: TorchScript models
-/// rewrite their code when their first inner hook arrives and restore it when the last one goes.
+/// Told how many hooks a list gained or lost, beside `call_hooks_active`: the filter of hooked
+/// modules is kept this way, and TorchScript models rewrite their code when their first inner
+/// hook arrives and restore it when the last one goes.
 class HookObserver {
  public:
   virtual ~HookObserver() = default;
   virtual void hooks_changed(std::int64_t delta) noexcept = 0;
+};
+
+/// A counting filter over the addresses of modules that have call hooks: how many such modules
+/// hash to each slot. A zero slot proves that a module has none, with one load and no lock, so a
+/// module without hooks pays almost nothing while other modules have some; a non-zero slot
+/// sends the call on to the locked table.
+class HookedModuleFilter {
+ public:
+  bool may_have_hooks(const void* key) const noexcept {
+    return slots_[slot(key)].load(std::memory_order_relaxed) != 0;
+  }
+  void add(const void* key, std::int64_t delta) noexcept {
+    slots_[slot(key)].fetch_add(static_cast<std::uint32_t>(delta), std::memory_order_relaxed);
+  }
+
+ private:
+  static constexpr int kBits = 12;
+  static std::size_t slot(const void* key) noexcept {
+    auto x = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(key));
+    return static_cast<std::size_t>((x * 0x9E3779B97F4A7C15ull) >> (64 - kBits));
+  }
+  std::atomic<std::uint32_t> slots_[std::size_t{1} << kBits] = {};
+};
+
+inline HookedModuleFilter hooked_modules;
+
+/// Keeps a module's slot in `hooked_modules` counted while any of its call-hook lists is
+/// non-empty.
+class FilterObserver : public HookObserver {
+ public:
+  explicit FilterObserver(const void* key) noexcept : key_(key) {}
+  void hooks_changed(std::int64_t delta) noexcept override {
+    const std::int64_t before = total_.fetch_add(delta, std::memory_order_relaxed);
+    if (before == 0 && delta > 0) hooked_modules.add(key_, 1);
+    if (before != 0 && before + delta == 0) hooked_modules.add(key_, -1);
+  }
+
+ private:
+  const void* key_;
+  std::atomic<std::int64_t> total_{0};
 };
 
 /// An ordered list of hooks of one kind on one module (or the global list of that kind).
@@ -57,8 +99,9 @@ class HookList final : public HookTableBase {
   }
 
   /// Appends the hook, or puts it first with `prepend` (Python's `move_to_end(last=False)`).
-  std::uint64_t add(Hook hook, bool prepend = false) {
-    const std::uint64_t id = next_hook_id.fetch_add(1);
+  /// `id` is a fresh one unless given (one hook stored in several lists shares its id).
+  std::uint64_t add(Hook hook, bool prepend = false, std::uint64_t id = 0) {
+    if (id == 0) id = next_hook_id.fetch_add(1);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto next = std::make_shared<Entries>();

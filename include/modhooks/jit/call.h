@@ -19,9 +19,10 @@ c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue>
 /// Runs a TorchScript module (`torch::jit::load`ed, or built in C++) through its hooks: forward
 /// pre-hooks, `forward`, forward hooks, and full backward (pre-)hooks wired around its tensor
 /// inputs and outputs, with the same semantics as for nn modules; returns what `forward` returns.
-/// Hooks fire at this call boundary; submodule calls inside the scripted `forward` run in the
-/// TorchScript interpreter and are not intercepted. Global (`register_module_*`) hooks take a
-/// `torch::nn::Module&` and do not apply to TorchScript modules.
+/// Hooks on submodules fire inside, where the model's code calls them (see `instrument`), also
+/// when the model runs through `forward` directly. Global hooks whose callable takes a
+/// `torch::jit::Module&` (or `auto&`) apply here too. An error a hook raised inside the model is
+/// rethrown as the `modhooks::Error` it was (libtorch's interpreter turns it into a `c10::Error`).
 ///
 /// **Example**:
 /// \code

@@ -31,6 +31,9 @@ std::shared_ptr<JitHooks> find_hooks(const torch::jit::Module& module);
 /// submodule fire where its parents call it (see `instrument`).
 std::shared_ptr<JitHooks> hooks_for(torch::jit::Module& module);
 
+/// The tables of `register_module_*` hooks whose callable takes a `torch::jit::Module&`.
+const std::shared_ptr<JitHooks>& jit_global_hooks();
+
 /// The class name Python's `_get_name()` prints ("Net" for "__torch__.Net").
 std::string python_class_name(const torch::jit::Module& module);
 

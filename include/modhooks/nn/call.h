@@ -29,7 +29,10 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
   using R = decltype(module.forward(std::forward<Args>(args)...));
   torch::nn::Module& base = module;
-  Dispatch<torch::nn::Module> dispatch(global_hooks().get(), find_hooks(module));
+  auto local = find_hooks(module);
+  const NnHooks* global = global_hooks().get();
+  if (!local && global->empty()) return module.forward(std::forward<Args>(args)...);
+  Dispatch<torch::nn::Module> dispatch(global, std::move(local));
   if (dispatch.empty()) return module.forward(std::forward<Args>(args)...);
 
   auto backward_hook = dispatch.backward_hook(base, base.weak_from_this().lock());

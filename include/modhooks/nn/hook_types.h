@@ -74,6 +74,11 @@ struct ModuleHooks {
   explicit ModuleHooks(std::shared_ptr<HookObserver> observer = nullptr)
       : observer(std::move(observer)) {}
 
+  /// No hook in any list (relaxed loads: a hook added meanwhile may or may not be seen).
+  bool empty() const noexcept {
+    return forward_pre.empty() && forward.empty() && backward_pre.empty() && backward.empty();
+  }
+
   std::shared_ptr<HookObserver> observer;  // declared first: the lists report to it as they die
   HookList<ForwardPreHookFn<M>> forward_pre{&call_hooks_active, observer.get()};
   HookList<ForwardHookEntry<M>> forward{&call_hooks_active, observer.get()};

@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <torch/nn/functional.h>  // libtorch 1.13's modules.h needs it included first
 #include <torch/nn/modules.h>
 #include <torch/nn/options.h>
 #include <torch/version.h>

@@ -119,44 +119,74 @@ RemovableHandle register_full_backward_hook(M&& module, F hook, bool prepend = f
       prepend);
 }
 
+namespace detail {
+
+/// Adds a global hook to the nn table, the TorchScript table or both, as its callable takes
+/// `torch::nn::Module&`, `torch::jit::Module&` or either (`auto&`); one id, one handle.
+template <class Ret, class... A, class F, class Select, class Entry>
+RemovableHandle add_global_hook(F hook, Select select, Entry entry, bool prepend) {
+  constexpr bool nn = std::is_invocable_v<F&, torch::nn::Module&, A...>;
+  constexpr bool jit = std::is_invocable_v<F&, torch::jit::Module&, A...>;
+  static_assert(nn || jit,
+                "modhooks: a global hook takes torch::nn::Module&, torch::jit::Module& or auto& "
+                "and the arguments of its hook kind (see the table in API.md)");
+  const std::uint64_t id = next_hook_id.fetch_add(1);
+  if constexpr (nn) {
+    select(*global_hooks()).add(entry(adapt_hook<Ret, torch::nn::Module, A...>(hook)), prepend, id);
+  }
+  if constexpr (jit) {
+    select(*jit_global_hooks())
+        .add(entry(adapt_hook<Ret, torch::jit::Module, A...>(hook)), prepend, id);
+  }
+  return RemovableHandle(global_hook_tables(), id);
+}
+
+constexpr auto same = [](auto fn) { return fn; };
+
+/// The module type of an adapted hook.
+template <class F>
+struct HookModule;
+template <class R, class M, class... Rest>
+struct HookModule<std::function<R(M&, Rest...)>> {
+  using type = M;
+};
+
+}  // namespace detail
+
 /// Python's `torch.nn.modules.module.register_module_forward_pre_hook`: runs for every module,
-/// before the module's own pre-hooks.
+/// before the module's own pre-hooks. A hook taking `torch::jit::Module&` (or `auto&`) also
+/// runs for TorchScript modules: at `call` and at the inner call sites `instrument` rewrote.
 template <class F>
 RemovableHandle register_module_forward_pre_hook(F hook) {
-  return detail::add_hook(
-      detail::global_hooks(), &detail::NnHooks::forward_pre,
-      detail::adapt_hook<detail::HookArgs, torch::nn::Module, const detail::HookArgs&>(
-          std::move(hook)),
-      false);
+  return detail::add_global_hook<detail::HookArgs, const detail::HookArgs&>(
+      std::move(hook), [](auto& hooks) -> auto& { return hooks.forward_pre; }, detail::same, false);
 }
 
 /// Python's `register_module_forward_hook`: runs for every module, before its own forward hooks.
 template <class F>
 RemovableHandle register_module_forward_hook(F hook, ForwardHookOptions options = {}) {
-  detail::ForwardHookEntry<torch::nn::Module> entry{
-      detail::adapt_hook<c10::IValue, torch::nn::Module, const detail::HookArgs&,
-                         const c10::IValue&>(std::move(hook)),
-      options.always_call()};
-  return detail::add_hook(detail::global_hooks(), &detail::NnHooks::forward, std::move(entry),
-                          options.prepend());
+  return detail::add_global_hook<c10::IValue, const detail::HookArgs&, const c10::IValue&>(
+      std::move(hook), [](auto& hooks) -> auto& { return hooks.forward; },
+      [always = options.always_call()](auto fn) {
+        using M = typename detail::HookModule<decltype(fn)>::type;
+        return detail::ForwardHookEntry<M>{std::move(fn), always};
+      },
+      options.prepend());
 }
 
 /// Python's `register_module_full_backward_pre_hook`.
 template <class F>
 RemovableHandle register_module_full_backward_pre_hook(F hook) {
-  return detail::add_hook(
-      detail::global_hooks(), &detail::NnHooks::backward_pre,
-      detail::adapt_hook<TensorList, torch::nn::Module, const TensorList&>(std::move(hook)), false);
+  return detail::add_global_hook<TensorList, const TensorList&>(
+      std::move(hook), [](auto& hooks) -> auto& { return hooks.backward_pre; }, detail::same,
+      false);
 }
 
 /// Python's `register_module_full_backward_hook`.
 template <class F>
 RemovableHandle register_module_full_backward_hook(F hook) {
-  return detail::add_hook(
-      detail::global_hooks(), &detail::NnHooks::backward,
-      detail::adapt_hook<TensorList, torch::nn::Module, const TensorList&, const TensorList&>(
-          std::move(hook)),
-      false);
+  return detail::add_global_hook<TensorList, const TensorList&, const TensorList&>(
+      std::move(hook), [](auto& hooks) -> auto& { return hooks.backward; }, detail::same, false);
 }
 
 }  // namespace modhooks

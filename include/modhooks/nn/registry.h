@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "modhooks/core/module_table.h"
 #include "modhooks/jit/registry.h"
@@ -21,15 +22,18 @@ using NnHooks = ModuleHooks<torch::nn::Module>;
 /// The entry of `module` in `table`, created on first use. A module is identified by its address
 /// and, when a shared_ptr owns it (as every ModuleHolder does), by that ownership, so entries
 /// never pass to a new module built where a dead one was.
-template <class Hooks>
-std::shared_ptr<Hooks> entry_for(ModuleTable<Hooks>& table, torch::nn::Module& module) {
+template <class Hooks, class... Make>
+std::shared_ptr<Hooks> entry_for(ModuleTable<Hooks>& table, torch::nn::Module& module,
+                                 Make&&... make) {
   std::weak_ptr<torch::nn::Module> owner = module.weak_from_this();
   if (owner.expired()) {
     // Not owned by a shared_ptr (a module on the stack): nothing can tell its death, so its
     // entry lives as long as the process unless its handles remove the hooks.
-    return table.get_or_create(&module, [] { return true; });
+    return table.get_or_create(
+        &module, [] { return true; }, std::forward<Make>(make)...);
   }
-  return table.get_or_create(&module, [owner] { return !owner.expired(); });
+  return table.get_or_create(
+      &module, [owner] { return !owner.expired(); }, std::forward<Make>(make)...);
 }
 
 /// The hook tables of `module`, or null when it has none.
@@ -43,6 +47,10 @@ std::string python_class_name(const torch::nn::Module& module);
 
 /// The tables of `register_module_*` hooks, which run for every nn module before its own.
 const std::shared_ptr<NnHooks>& global_hooks();
+
+/// What the handle of a global hook points to: removes the id from every global list, nn and
+/// TorchScript alike.
+const std::shared_ptr<HookTableBase>& global_hook_tables();
 
 /// The concrete module behind each accepted spelling: `Module&`, `shared_ptr<T>`,
 /// `ModuleHolder<T>` (e.g. `torch::nn::Linear`).
