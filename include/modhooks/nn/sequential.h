@@ -130,8 +130,10 @@ using NamedModule = detail::SequentialChild;
 /// and Python's. Iteration, `at`, `ptr` and `operator[]` give the children themselves, as
 /// libtorch's do; calling a child through them calls its `forward` directly.
 ///
-/// Unlike libtorch's, it takes no `AnyModule`: the type of the child, which `call` needs, is
-/// gone from it.
+/// A child whose `forward` has default arguments (LSTM, MultiheadAttention) gets them filled in
+/// as libtorch's Sequential fills them in, before `call`: its hooks see them as arguments, where
+/// Python's would see only those passed. Unlike libtorch's, it takes no `AnyModule`: the type of
+/// the child, which `call` needs, is gone from it.
 class SequentialImpl : public torch::nn::Cloneable<SequentialImpl> {
  public:
   using Iterator = std::vector<torch::nn::AnyModule>::iterator;
