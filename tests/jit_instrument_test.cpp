@@ -285,6 +285,29 @@ TEST(AlwaysCall, RunsWhenTheInnerModuleThrows) {
   EXPECT_EQ(fired, (std::vector<std::string>{"plain", "always"}));
 }
 
+TEST(AlwaysCall, ACallThatRaisesLeavesNothingBehind) {
+  // Without always-call hooks the call site is split around the call (enter / exit); a raising
+  // submodule never reaches its exit, and the next calls must pair up as before.
+  auto model = torch::jit::load(fixture("inner_raising.pt"));
+  std::vector<std::string> fired;
+  ScopedHandle pre(modhooks::register_forward_pre_hook(
+      modhooks::submodule(model, "inner"),
+      [&](torch::jit::Module&, const Args&) { fired.push_back("pre"); }));
+  ScopedHandle post(modhooks::register_forward_hook(
+      modhooks::submodule(model, "inner"),
+      [&](torch::jit::Module&, const Args&, const c10::IValue& out) {
+        fired.push_back("forward");
+        return c10::IValue(out.toTensor() * 10);
+      }));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_THROWS_WITH(model.forward({at::full({2}, 1e6)}), "inner block refused its input");
+  }
+  EXPECT_EQ(fired, (std::vector<std::string>{"pre", "pre", "pre"}));
+  fired.clear();
+  EXPECT_TRUE(at::equal(model.forward({at::ones({2})}).toTensor(), at::full({2}, 21.0)));
+  EXPECT_EQ(fired, (std::vector<std::string>{"pre", "forward"}));
+}
+
 TEST(Threads, RegistrationOnAnInstrumentedTypeWhileTheModelRuns) {
   // The rule of docs/hooks.md: once a type's call sites are rewritten (its first hook), more
   // hooks may come and go while other threads run the model.

@@ -54,57 +54,101 @@ bool fits(const c10::IValue& value, const c10::TypePtr& type) {
   return value.type()->isSubtypeOf(*c10::unshapedType(type));
 }
 
-[[noreturn]] void fail_replacement(const CallSite& site, const char* hook, const std::string& what,
+std::string name_of(const CallSite& site, const torch::jit::Module& module) {
+  return site.name.empty() ? "module " + python_class_name(module) : site.name;
+}
+
+[[noreturn]] void fail_replacement(const CallSite& site, const torch::jit::Module& module,
+                                   const char* hook, const std::string& what,
                                    const c10::IValue& value, const c10::TypePtr& expected) {
-  fail("modhooks: a " + std::string(hook) + " of " + site.name + " returned " + what + " of type " +
-       value.type()->repr_str() + ", but the call site expects " +
+  fail("modhooks: a " + std::string(hook) + " of " + name_of(site, module) + " returned " + what +
+       " of type " + value.type()->repr_str() + ", but the call site expects " +
        c10::unshapedType(expected)->repr_str());
 }
 
-void check_args(const CallSite& site, const std::vector<c10::IValue>& args) {
+void check_args(const CallSite& site, const torch::jit::Module& module,
+                const std::vector<c10::IValue>& args) {
   const auto& params = site.callee->getSchema().arguments();  // params[0] is self
   const std::size_t n = params.empty() ? 0 : params.size() - 1;
   if (args.size() > n || (site.exact_arity && args.size() != n)) {
-    fail("modhooks: a forward pre-hook of " + site.name + " returned " +
+    fail("modhooks: a forward pre-hook of " + name_of(site, module) + " returned " +
          std::to_string(args.size()) + " arguments, but its forward takes " + std::to_string(n));
   }
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (!fits(args[i], params[i + 1].type())) {
-      fail_replacement(site, "forward pre-hook", "argument `" + params[i + 1].name() + "`", args[i],
-                       params[i + 1].type());
+      fail_replacement(site, module, "forward pre-hook", "argument `" + params[i + 1].name() + "`",
+                       args[i], params[i + 1].type());
     }
   }
 }
 
-void check_output(const CallSite& site, const c10::IValue& output) {
-  const auto& returns = site.callee->getSchema().returns();
-  const c10::TypePtr expected = site.output           ? site.output
-                                : returns.size() == 1 ? returns[0].type()
-                                                      : nullptr;
+void check_output(const CallSite& site, const torch::jit::Module& module,
+                  const c10::IValue& output) {
+  c10::TypePtr expected = site.output;
+  if (!expected && site.callee->getSchema().returns().size() == 1) {
+    expected = site.callee->getSchema().returns()[0].type();
+  }
   if (expected && !fits(output, expected)) {
-    fail_replacement(site, "forward hook", "an output", output, expected);
+    fail_replacement(site, module, "forward hook", "an output", output, expected);
   }
 }
 
 }  // namespace
 
-c10::IValue run_with_hooks(torch::jit::Module& module, std::shared_ptr<JitHooks> hooks,
-                           std::vector<c10::IValue> inputs, const CallSite& site,
-                           const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke) {
-  Dispatch<torch::jit::Module> dispatch(jit_global_hooks().get(), std::move(hooks));
-  if (dispatch.empty()) return invoke(inputs);
-  auto backward_hook = dispatch.backward_hook(module, std::make_shared<torch::jit::Module>(module));
-  c10::IValue output;
+HookedCall::HookedCall(torch::jit::Module module, std::shared_ptr<JitHooks> hooks,
+                       std::shared_ptr<const CallSite> site)
+    : module_(std::move(module)),
+      site_(std::move(site)),
+      dispatch_(jit_global_hooks().get(), std::move(hooks)) {}
+
+void HookedCall::enter(std::vector<c10::IValue>& args) {
+  if (dispatch_.has_backward_hooks()) {
+    backward_hook_ =
+        dispatch_.backward_hook(module_, std::make_shared<torch::jit::Module>(module_));
+  }
   try {
-    if (dispatch.run_pre_hooks(module, inputs)) check_args(site, inputs);
-    if (backward_hook) wrap_values(*backward_hook, inputs, /*output_side=*/false);
-    output = invoke(inputs);
-    if (dispatch.run_forward_hooks(module, inputs, output)) check_output(site, output);
-    if (backward_hook) wrap_script_output(*backward_hook, output);
+    if (dispatch_.run_pre_hooks(module_, args)) check_args(*site_, module_, args);
+    if (backward_hook_) wrap_values(*backward_hook_, args, /*output_side=*/false);
   } catch (...) {
-    dispatch.run_always_called(module, inputs, output);
+    args_ = args;
+    failed();
     throw;
   }
+  if (dispatch_.has_forward_hooks()) args_ = args;
+}
+
+void HookedCall::exit(c10::IValue& output) {
+  try {
+    if (dispatch_.run_forward_hooks(module_, args_, output)) check_output(*site_, module_, output);
+    if (backward_hook_) wrap_script_output(*backward_hook_, output);
+  } catch (...) {
+    dispatch_.run_always_called(module_, args_, output);
+    throw;
+  }
+}
+
+void HookedCall::failed() noexcept {
+  c10::IValue none;
+  try {
+    dispatch_.run_always_called(module_, args_, none);
+  } catch (...) {  // the method's own exception is the one that propagates
+  }
+}
+
+c10::IValue run_with_hooks(torch::jit::Module& module, std::shared_ptr<JitHooks> hooks,
+                           std::vector<c10::IValue> inputs, std::shared_ptr<const CallSite> site,
+                           const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke) {
+  HookedCall call(module, std::move(hooks), std::move(site));
+  if (call.empty()) return invoke(inputs);
+  call.enter(inputs);
+  c10::IValue output;
+  try {
+    output = invoke(inputs);
+  } catch (...) {
+    call.failed();
+    throw;
+  }
+  call.exit(output);
   return output;
 }
 
@@ -129,10 +173,11 @@ c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue>
   try {
     auto hooks = find_hooks(module);
     if (!hooks && jit_global_hooks()->empty()) return module.forward(std::move(inputs));
-    CallSite site;
+    CallSite site;  // named only when an error needs it
     site.callee = &module.get_method("forward").function();
-    site.name = "module " + python_class_name(module);
-    return run_with_hooks(module, std::move(hooks), std::move(inputs), site,
+    // Not owned: the call ends before `site` does.
+    std::shared_ptr<const CallSite> unowned(std::shared_ptr<void>(), &site);
+    return run_with_hooks(module, std::move(hooks), std::move(inputs), std::move(unowned),
                           [&](std::vector<c10::IValue>& args) { return module.forward(args); });
   } catch (const c10::Error& e) {
     if (auto original = take_inner_error(e)) std::rethrow_exception(original);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "modhooks/jit/registry.h"
+#include "modhooks/nn/dispatch.h"
 
 namespace modhooks {
 namespace detail {
@@ -25,17 +26,44 @@ struct CallSite {
   const torch::jit::Function* callee = nullptr;
   /// The type the caller expects back; null where the callee's return type is all there is.
   c10::TypePtr output;
-  /// How errors name the module, e.g. "submodule `fc` of __torch__.Net".
+  /// How errors name the module, e.g. "submodule `fc` (Linear) of Net"; empty: "module Net".
   std::string name;
   /// Whether a pre-hook must return exactly the callee's argument count (call sites pass every
   /// argument; a top-level call may leave defaults out).
   bool exact_arity = false;
 };
 
+/// The hook side of one call of a TorchScript module, in the two halves that a call site
+/// rewritten as `modhooks::enter` / `modhooks::exit` runs apart: Python's `_call_impl` without
+/// the forward. The hook lists are snapshotted when it is made.
+class HookedCall : public torch::CustomClassHolder {
+ public:
+  /// `hooks` are the module's own tables (may be null); global hooks are added.
+  HookedCall(torch::jit::Module module, std::shared_ptr<JitHooks> hooks,
+             std::shared_ptr<const CallSite> site);
+  bool empty() const { return dispatch_.empty(); }
+
+  /// Pre-hooks (their replacements checked) and the input side of the backward wiring; `args`
+  /// become what the method must receive. Runs the always-call hooks if it throws.
+  void enter(std::vector<c10::IValue>& args);
+  /// Forward hooks (their replacement checked) and the output side of the backward wiring.
+  /// Runs the always-call hooks if it throws.
+  void exit(c10::IValue& output);
+  /// The method threw: Python's always-call forward hooks run, with None as the output.
+  void failed() noexcept;
+
+ private:
+  torch::jit::Module module_;
+  std::shared_ptr<const CallSite> site_;
+  Dispatch<torch::jit::Module> dispatch_;
+  c10::intrusive_ptr<BackwardHookBase> backward_hook_;
+  std::vector<c10::IValue> args_;  // as the method received them, for the forward hooks
+};
+
 /// Runs `invoke` (the module's method) with the module's hooks around it: Python's `_call_impl`
 /// for TorchScript modules. `hooks` are the module's own tables (may be null).
 c10::IValue run_with_hooks(torch::jit::Module& module, std::shared_ptr<JitHooks> hooks,
-                           std::vector<c10::IValue> inputs, const CallSite& site,
+                           std::vector<c10::IValue> inputs, std::shared_ptr<const CallSite> site,
                            const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke);
 
 /// Remembers the `modhooks::Error` an inner call site raised. The interpreter rethrows every

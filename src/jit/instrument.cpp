@@ -2,10 +2,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
 //
 // Hooks on the inner submodules of TorchScript models. TorchScript calls a submodule through a
-// `prim::CallMethod` node in its parent's method graph, so that is where modhooks reaches it:
-// each such call site of a hooked module type is replaced by `modhooks::call_module`, an
-// operator that runs the callee's method through the hooks of the object it is handed. The
-// methods of the compilation unit are swapped for fresh `GraphFunction`s over the rewritten
+// `prim::CallMethod` node in its parent's method graph, so that is where modhooks reaches it.
+// Each call site of a hooked module type is rewritten in one of two forms:
+//   - `modhooks::enter` before the call and `modhooks::exit` after it, the call itself kept, so
+//     that the executor still inlines the callee; the two halves of the hook side meet through a
+//     token that `enter` passes to `exit` in the graph. A call that raises never reaches `exit`;
+//   - `modhooks::call_module` in place of the call, an operator that runs the callee's method
+//     itself, inside a try block: used once an always-call forward hook exists, since those must
+//     run when the submodule raises.
+// The methods of the compilation unit are swapped for fresh `GraphFunction`s over the rewritten
 // graphs (fresh executors: the old ones cached optimized plans with the callees inlined); the
 // original function objects are kept and put back, untouched, when the last hook goes.
 #include "modhooks/jit/instrument.h"
@@ -46,6 +51,20 @@ using torch::jit::Stack;
 
 c10::Symbol call_module_symbol() {
   static const c10::Symbol symbol = c10::Symbol::fromQualString("modhooks::call_module");
+  return symbol;
+}
+c10::Symbol enter_symbol() {
+  static const c10::Symbol symbol = c10::Symbol::fromQualString("modhooks::enter");
+  return symbol;
+}
+c10::Symbol exit_symbol() {
+  static const c10::Symbol symbol = c10::Symbol::fromQualString("modhooks::exit");
+  return symbol;
+}
+/// Where `enter` and `exit` nodes keep the call site's description for error messages: after
+/// inlining, `exit` no longer sees the call it follows.
+c10::Symbol site_attr() {
+  static const c10::Symbol symbol = c10::Symbol::attr("modhooks_site");
   return symbol;
 }
 
@@ -96,6 +115,17 @@ std::string describe_call_site(const Node* node, const c10::ClassType& callee) {
   return "submodule `" + path + "` (" + unqualified(callee) + ")" + owner;
 }
 
+/// Rethrows the exception being handled, remembering it first when it is modhooks' own (see
+/// `remember_inner_error`).
+[[noreturn]] void rethrow_remembered() {
+  try {
+    throw;
+  } catch (const Error&) {
+    remember_inner_error(std::current_exception());
+    throw;
+  }
+}
+
 /// The operation of one `modhooks::call_module` node: the callee is resolved once, when the
 /// interpreter builds its code; each run looks up the hooks of the object it is handed.
 torch::jit::Operation make_call_module(const Node* node) {
@@ -125,10 +155,9 @@ torch::jit::Operation make_call_module(const Node* node) {
           return std::move(inputs.back());
         };
         try {
-          stack.push_back(run_with_hooks(module, std::move(hooks), std::move(args), *site, invoke));
-        } catch (const Error&) {
-          remember_inner_error(std::current_exception());
-          throw;
+          stack.push_back(run_with_hooks(module, std::move(hooks), std::move(args), site, invoke));
+        } catch (...) {
+          rethrow_remembered();
         }
         return;
       }
@@ -140,9 +169,97 @@ torch::jit::Operation make_call_module(const Node* node) {
   });
 }
 
-/// Registered here, beside the rewriting, so that a static libmodhooks always links it.
-const torch::jit::RegisterOperators call_module_operator({torch::jit::Operator(
-    call_module_symbol(), make_call_module, c10::AliasAnalysisKind::CONSERVATIVE)});
+/// `modhooks::enter(self, args...) -> (token, args...)`: the first half of a hooked call. The
+/// token is the call's hook side in a capsule (None without hooks); it lives in the
+/// interpreter's registers, so a call that raises before its `exit` frees it as it unwinds.
+torch::jit::Operation make_enter(const Node* node) {
+  const auto type = node->input(0)->type()->expect<c10::ClassType>();
+  auto site = std::make_shared<CallSite>();
+  site->callee = &type->getMethod(node->s(c10::attr::name));
+  site->name = node->s(site_attr());
+  site->exact_arity = true;
+  const std::size_t n = node->inputs().size();
+  return torch::jit::Operation([n, site](Stack& stack) {
+    c10::IValue& self = torch::jit::peek(stack, 0, n);
+    if (call_hooks_active.load(std::memory_order_relaxed) != 0) {
+      auto hooks = find_hooks(&self.toObjectRef());
+      if (hooks || !jit_global_hooks()->empty()) {
+        auto call = c10::make_intrusive<HookedCall>(torch::jit::Module(self.toObject()),
+                                                    std::move(hooks), site);
+        if (!call->empty()) {
+          std::vector<c10::IValue> args(stack.end() - (n - 1), stack.end());
+          try {
+            call->enter(args);
+          } catch (...) {
+            rethrow_remembered();
+          }
+          std::move(args.begin(), args.end(), stack.end() - (n - 1));
+          self = c10::IValue::make_capsule(std::move(call));
+          return;
+        }
+      }
+    }
+    self = c10::IValue();
+  });
+}
+
+/// `modhooks::exit(token, output) -> output`: the second half.
+torch::jit::Operation make_exit(const Node*) {
+  return torch::jit::Operation([](Stack& stack) {
+    const c10::IValue token = std::move(torch::jit::peek(stack, 0, 2));
+    stack.erase(stack.end() - 2);
+    if (token.isNone()) return;
+    try {
+      c10::static_intrusive_pointer_cast<HookedCall>(token.toCapsule())->exit(stack.back());
+    } catch (...) {
+      rethrow_remembered();
+    }
+  });
+}
+
+/// Registered here, beside the rewriting, so that a static libmodhooks always links them.
+const torch::jit::RegisterOperators operators({
+    torch::jit::Operator(call_module_symbol(), make_call_module,
+                         c10::AliasAnalysisKind::CONSERVATIVE),
+    torch::jit::Operator(enter_symbol(), make_enter, c10::AliasAnalysisKind::CONSERVATIVE),
+    torch::jit::Operator(exit_symbol(), make_exit, c10::AliasAnalysisKind::CONSERVATIVE),
+});
+
+/// `%y = prim::CallMethod(%sub, %args...)` becomes `%y = modhooks::call_module(%sub, %args...)`.
+void replace_with_call_module(torch::jit::Graph& graph, Node* node) {
+  torch::jit::WithInsertPoint guard(node);
+  Node* call = graph.create(call_module_symbol(), node->inputs(), node->outputs().size());
+  call->s_(c10::attr::name, node->s(c10::attr::name));
+  graph.insertNode(call);
+  for (std::size_t i = 0; i < node->outputs().size(); ++i) {
+    call->output(i)->setType(node->output(i)->type());
+    node->output(i)->replaceAllUsesWith(call->output(i));
+  }
+  node->destroy();
+}
+
+/// The call stays; `modhooks::enter` hands it the arguments the hooks leave, and
+/// `modhooks::exit` the caller the output they leave:
+///   %token, %a... = modhooks::enter(%sub, %args...)
+///   %y0 = prim::CallMethod(%sub, %a...)
+///   %y = modhooks::exit(%token, %y0)
+void surround_with_enter_exit(torch::jit::Graph& graph, Node* node, const std::string& site) {
+  const std::size_t n = node->inputs().size();
+  Node* enter = graph.create(enter_symbol(), node->inputs(), n);
+  enter->s_(c10::attr::name, node->s(c10::attr::name));
+  enter->s_(site_attr(), site);
+  enter->insertBefore(node);
+  enter->output(0)->setType(c10::AnyType::get());
+  for (std::size_t i = 1; i < n; ++i) {
+    enter->output(i)->setType(node->input(i)->type());
+    node->replaceInput(i, enter->output(i));
+  }
+  Node* exit = graph.create(exit_symbol(), {enter->output(0)}, 1);
+  exit->insertAfter(node);
+  exit->output()->setType(node->output()->type());
+  node->output()->replaceAllUsesWith(exit->output());
+  exit->addInput(node->output());
+}
 
 }  // namespace
 
@@ -173,6 +290,7 @@ class Instrumentation {
     const bool crossed = (n == 0) != (n + delta == 0);
     n += delta;
     if (n == 0) counts_.erase(type);
+    if (counts_.empty()) full_ = false;
     if (!crossed) return;
     try {
       install(key(nullptr));
@@ -190,10 +308,33 @@ class Instrumentation {
     install(key(nullptr));
   }
 
+  /// An always-call forward hook arrived: call sites become `call_module`, which runs them when
+  /// the submodule raises, until the unit has no hooks left.
+  void require_full_calls() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    full_ = true;
+    install(key(nullptr));
+  }
+
+  /// Installs again what the current state asks for (after `full_calls_everywhere`).
+  void refresh() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    install(key(nullptr));
+  }
+
   bool calls(const c10::ClassType* type) const { return callees_.count(type) != 0; }
 
+  /// Set, for the rest of the process, by the first global always-call hook for TorchScript.
+  static inline std::atomic<bool> full_calls_everywhere{false};
+
  private:
-  using Key = std::vector<const c10::ClassType*>;  // sorted; empty: the original code
+  /// Which call sites are rewritten, and how; no types: the original code.
+  struct Key {
+    bool full = false;                         // `call_module` rather than `enter` / `exit`
+    std::vector<const c10::ClassType*> types;  // sorted
+    bool operator==(const Key& o) const { return full == o.full && types == o.types; }
+    bool operator<(const Key& o) const { return full != o.full ? full < o.full : types < o.types; }
+  };
 
   struct Class {
     c10::ClassTypePtr type;
@@ -221,14 +362,15 @@ class Instrumentation {
     Key key;
     if (suspended_) return key;
     for (const c10::ClassType* type : callees_) {
-      if (all_ || type == extra || counts_.count(type)) key.push_back(type);
+      if (all_ || type == extra || counts_.count(type)) key.types.push_back(type);
     }
+    key.full = !key.types.empty() && (full_ || full_calls_everywhere.load());
     return key;
   }
 
   void install(const Key& key) {
     if (key == installed_) return;
-    if (key.empty()) {
+    if (key.types.empty()) {
       for (const Class& c : classes_) swap_methods(c, c.methods);
     } else {
       auto& version = versions_[key];
@@ -257,16 +399,14 @@ class Instrumentation {
         auto graph = torch::jit::toGraphFunction(*m).graph()->copy();
         auto rewrite = [&](Node* node) {
           auto callee = called_module(node);
-          if (!callee || !std::binary_search(key.begin(), key.end(), callee.get())) return;
-          torch::jit::WithInsertPoint guard(node);
-          Node* call = graph->create(call_module_symbol(), node->inputs(), node->outputs().size());
-          call->s_(c10::attr::name, node->s(c10::attr::name));
-          graph->insertNode(call);
-          for (std::size_t i = 0; i < node->outputs().size(); ++i) {
-            call->output(i)->setType(node->output(i)->type());
-            node->output(i)->replaceAllUsesWith(call->output(i));
+          if (!callee || !std::binary_search(key.types.begin(), key.types.end(), callee.get())) {
+            return;
           }
-          node->destroy();
+          if (key.full) {
+            replace_with_call_module(*graph, node);
+          } else {
+            surround_with_enter_exit(*graph, node, describe_call_site(node, *callee));
+          }
         };
         for_each_node(graph->block(), rewrite);
         auto fn = std::make_unique<GraphFunction>(m->qualname(), std::move(graph), nullptr);
@@ -285,6 +425,7 @@ class Instrumentation {
   std::map<const c10::ClassType*, std::int64_t> counts_;
   bool all_ = false;
   bool suspended_ = false;
+  bool full_ = false;
   Key installed_;
   // Every rewritten version built, kept for the unit's lifetime: the interpreter of a running
   // call, or a `Method` a user holds, may still point into one that is no longer installed.
@@ -312,18 +453,38 @@ class InnerHookObserver final : public FilterObserver {
 
 }  // namespace
 
-std::shared_ptr<Instrumentation> instrumentation_for(const torch::jit::Module& module) {
-  static std::mutex mutex;
-  static std::vector<std::shared_ptr<Instrumentation>> units;
-  auto cu = module.type()->compilation_unit();
-  std::lock_guard<std::mutex> lock(mutex);
+namespace {
+std::mutex units_mutex;
+std::vector<std::shared_ptr<Instrumentation>> units;  // one per live compilation unit
+
+std::vector<std::shared_ptr<Instrumentation>> live_units() {
+  std::lock_guard<std::mutex> lock(units_mutex);
   units.erase(std::remove_if(units.begin(), units.end(), [](const auto& u) { return u->dead(); }),
               units.end());
-  for (const auto& unit : units) {
+  return units;
+}
+}  // namespace
+
+std::shared_ptr<Instrumentation> instrumentation_for(const torch::jit::Module& module) {
+  auto cu = module.type()->compilation_unit();
+  for (const auto& unit : live_units()) {
+    if (unit->serves(cu.get())) return unit;
+  }
+  std::lock_guard<std::mutex> lock(units_mutex);
+  for (const auto& unit : units) {  // another thread may have made it meanwhile
     if (unit->serves(cu.get())) return unit;
   }
   units.push_back(std::make_shared<Instrumentation>(cu));
   return units.back();
+}
+
+void require_full_calls(const torch::jit::Module& module) {
+  instrumentation_for(module)->require_full_calls();
+}
+
+void require_full_calls_everywhere() {
+  if (Instrumentation::full_calls_everywhere.exchange(true)) return;
+  for (const auto& unit : live_units()) unit->refresh();
 }
 
 void prepare_inner_hooks(Instrumentation& instrumentation, const torch::jit::Module& module) {

@@ -31,6 +31,13 @@ std::shared_ptr<JitHooks> find_hooks(const torch::jit::Module& module);
 /// submodule fire where its parents call it (see `instrument`).
 std::shared_ptr<JitHooks> hooks_for(torch::jit::Module& module);
 
+/// Makes the rewritten call sites of `module`'s model run the submodule themselves, inside a
+/// try block: needed once an always-call forward hook is registered on one of its modules.
+void require_full_calls(const torch::jit::Module& module);
+
+/// The same for every model, for the rest of the process: a global always-call hook arrived.
+void require_full_calls_everywhere();
+
 /// The tables of `register_module_*` hooks whose callable takes a `torch::jit::Module&`.
 const std::shared_ptr<JitHooks>& jit_global_hooks();
 

@@ -91,8 +91,13 @@ RemovableHandle register_forward_hook(M&& module, F hook, ForwardHookOptions opt
       detail::adapt_hook<c10::IValue, T, const detail::HookArgs&, const c10::IValue&>(
           std::move(hook)),
       options.always_call()};
-  return detail::add_hook(detail::hooks_for(detail::module_ref(module)),
-                          &detail::ModuleHooks<B>::forward, std::move(entry), options.prepend());
+  auto handle =
+      detail::add_hook(detail::hooks_for(detail::module_ref(module)),
+                       &detail::ModuleHooks<B>::forward, std::move(entry), options.prepend());
+  if constexpr (std::is_same_v<B, torch::jit::Module>) {
+    if (options.always_call()) detail::require_full_calls(detail::module_ref(module));
+  }
+  return handle;
 }
 
 /// Python's `Module.register_full_backward_pre_hook`: `hook(module, grad_output)` runs when the
@@ -135,8 +140,11 @@ RemovableHandle add_global_hook(F hook, Select select, Entry entry, bool prepend
     select(*global_hooks()).add(entry(adapt_hook<Ret, torch::nn::Module, A...>(hook)), prepend, id);
   }
   if constexpr (jit) {
-    select(*jit_global_hooks())
-        .add(entry(adapt_hook<Ret, torch::jit::Module, A...>(hook)), prepend, id);
+    auto stored = entry(adapt_hook<Ret, torch::jit::Module, A...>(hook));
+    if constexpr (std::is_same_v<decltype(stored), ForwardHookEntry<torch::jit::Module>>) {
+      if (stored.always_call) require_full_calls_everywhere();
+    }
+    select(*jit_global_hooks()).add(std::move(stored), prepend, id);
   }
   return RemovableHandle(global_hook_tables(), id);
 }
