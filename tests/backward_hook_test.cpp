@@ -382,10 +382,19 @@ TEST(FullBackwardHooks, NoWiringWithoutGradMode) {
   int calls = 0;
   ScopedHandle h(modhooks::register_full_backward_hook(
       m, [&](torch::nn::Module&, const TensorList&, const TensorList&) { ++calls; }));
-  at::NoGradGuard no_grad;
-  auto out = modhooks::call(m, at::randn({2}).requires_grad_());
-  EXPECT_FALSE(out.requires_grad());
-  EXPECT_FALSE(out.is_view());
+  const auto x = at::randn({2}).requires_grad_();
+  {
+    at::NoGradGuard no_grad;
+    auto out = modhooks::call(m, x);
+    EXPECT_FALSE(out.requires_grad());
+    EXPECT_FALSE(out.is_view());  // not routed through the identity node
+  }
+  EXPECT_EQ(calls, 0);
+  // The same call with grad mode on is wired, and the hook fires.
+  auto out = modhooks::call(m, x);
+  EXPECT_TRUE(out.is_view());
+  out.sum().backward();
+  EXPECT_EQ(calls, 1);
 }
 
 TEST(FullBackwardHooks, ConcurrentRegistrationDuringBackward) {

@@ -50,8 +50,14 @@ TEST(RemovableHandle, RemoveIsIdempotentAndCopiesShareTheHook) {
 TEST(RemovableHandle, HarmlessAfterTheTableDied) {
   auto list = std::make_shared<List>();
   auto h = add(list, 1);
+  const auto id = h.id();
+  std::weak_ptr<List> watch = list;
   list.reset();
+  EXPECT_TRUE(watch.expired());  // the handle did not keep the table alive
   h.remove();
+  h.remove();
+  EXPECT_EQ(h.id(), id);
+  EXPECT_TRUE(watch.expired());  // nor did removing through it bring it back
 }
 
 TEST(ScopedHandle, RemovesAtScopeEnd) {

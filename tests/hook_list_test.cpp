@@ -74,14 +74,25 @@ TEST(HookList, CounterTracksHooksAndTheListsDeath) {
 }
 
 TEST(HookList, ConcurrentAddRemoveAndDispatch) {
+  // Every snapshot the reader takes holds the permanent hook (1000) exactly once and otherwise
+  // only hooks the writers added (1), however the writers interleave.
   std::atomic<std::int64_t> counter{0};
   List list(&counter);
+  const auto permanent = list.add(1000);
   std::atomic<bool> stop{false};
-  std::atomic<long> seen{0};
+  std::atomic<long> snapshots{0};
+  std::atomic<long> inconsistent{0};
   std::thread reader([&] {
-    while (!stop.load()) {
-      list.for_each([&](int hook) { seen += hook; });
-    }
+    do {
+      int permanent_seen = 0;
+      bool foreign = false;
+      list.for_each([&](int hook) {
+        if (hook == 1000) ++permanent_seen;
+        foreign = foreign || (hook != 1000 && hook != 1);
+      });
+      if (permanent_seen != 1 || foreign) ++inconsistent;
+      ++snapshots;
+    } while (!stop.load());
   });
   std::vector<std::thread> writers;
   for (int t = 0; t < 4; ++t) {
@@ -92,6 +103,11 @@ TEST(HookList, ConcurrentAddRemoveAndDispatch) {
   for (auto& w : writers) w.join();
   stop = true;
   reader.join();
+  EXPECT_GT(snapshots.load(), 0);
+  EXPECT_EQ(inconsistent.load(), 0);
+  EXPECT_EQ(list.size(), 1u);
+  EXPECT_EQ(counter.load(), 1);
+  list.remove(permanent);
   EXPECT_EQ(list.size(), 0u);
   EXPECT_EQ(counter.load(), 0);
 }

@@ -50,8 +50,15 @@ json oracle() {
   return json::parse(file);
 }
 
+struct Event {
+  std::string name;
+  std::vector<at::Tensor> tensors;
+};
+
 class InnerHooks : public ::testing::TestWithParam<std::string> {
  protected:
+  /// One forward and backward of the MatchPythonEager scenario, checked against Python.
+  void check_run(std::vector<Event>& events, const json& want);
   void SetUp() override {
     expected = oracle();
     model = torch::jit::load(fixture("inner_" + GetParam() + ".pt"));
@@ -75,10 +82,6 @@ TEST_P(InnerHooks, MatchPythonEager) {
   const json& want = expected["hooks"];
   // Run first: the registration must reach past the plans the executor already optimized.
   for (int i = 0; i < 3; ++i) model.forward({x});
-  struct Event {
-    std::string name;
-    std::vector<at::Tensor> tensors;
-  };
   std::vector<Event> events;
   auto block0 = modhooks::submodule(model, "block.0");
   auto block1_fc = modhooks::submodule(model, "block.1.fc");
@@ -111,6 +114,35 @@ TEST_P(InnerHooks, MatchPythonEager) {
         events.push_back({"backward head", {gi[0], go[0]}});
       }));
 
+  // Several runs: the first after the registration profiles, later ones run the optimized plan
+  // (with differentiable graphs around the hooked calls); each must match.
+  for (int run = 0; run < 4; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    events.clear();
+    for (const auto& p : model.parameters()) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+    check_run(events, want);
+  }
+}
+
+TEST_P(InnerHooks, BackwardHooksSeeUndefinedWherePythonHasNone) {
+  // No input requires grad: Python's grad_input is (None,) and its full hook fires at output
+  // time.
+  std::vector<bool> defined;
+  ScopedHandle h(modhooks::register_full_backward_hook(
+      modhooks::submodule(model, "block.0"),
+      [&](torch::jit::Module&, const TensorList& gi, const TensorList& go) {
+        defined = {gi[0].defined(), go[0].defined()};
+      }));
+  for (int run = 0; run < 3; ++run) {
+    defined.clear();
+    model.forward({x}).toTensor().sum().backward();
+    EXPECT_EQ(defined, (std::vector<bool>{false, true})) << "run " << run;
+  }
+}
+
+void InnerHooks::check_run(std::vector<Event>& events, const json& want) {
   auto input = x.clone().requires_grad_();
   auto out = model.forward({input}).toTensor();
   out.sum().backward();
