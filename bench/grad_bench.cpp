@@ -14,7 +14,7 @@
 #include "modhooks/core/handle.h"
 #include "modhooks/device/grad.h"
 #include "modhooks/nn/call.h"
-#include "modhooks/nn/register.h"
+#include "modhooks/register.h"
 
 namespace {
 

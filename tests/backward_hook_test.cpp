@@ -1,6 +1,6 @@
-// Tests of include/modhooks/nn/backward_hook.h through the registration API: full backward
+// Tests of include/modhooks/dispatch/backward_hook.h through the registration API: full backward
 // hooks and pre-hooks (scenarios 3, 4, 5, 28-30, 31, 32-36, 38 and (a) of section 11).
-#include "modhooks/nn/backward_hook.h"
+#include "modhooks/dispatch/backward_hook.h"
 
 #include <gtest/gtest.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -423,7 +423,7 @@ TEST(FullBackwardHooks, ConcurrentRegistrationDuringBackward) {
   for (auto& t : churn) t.join();
   EXPECT_EQ(fired.load(), 200);
   EXPECT_EQ(modhooks::detail::hooks_for(*m)->backward_pre.size(), 0u);
-  EXPECT_EQ(modhooks::detail::global_hooks()->backward.size(), 0u);
+  EXPECT_EQ(modhooks::detail::global_hooks<torch::nn::Module>()->backward.size(), 0u);
 }
 
 }  // namespace

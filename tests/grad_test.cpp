@@ -21,7 +21,7 @@
 #include "modhooks/device/backend.h"
 #include "modhooks/device/grad.h"
 #include "modhooks/nn/call.h"
-#include "modhooks/nn/register.h"
+#include "modhooks/register.h"
 #include "test_util.h"
 
 namespace {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "modhooks/nn/register.h"
 #include "modhooks/nn/sequential.h"
+#include "modhooks/register.h"
 #include "test_util.h"
 
 namespace {

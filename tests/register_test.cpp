@@ -1,6 +1,6 @@
-// Tests of include/modhooks/nn/register.h: forward pre-hooks, forward hooks and the global
+// Tests of include/modhooks/register.h: forward pre-hooks, forward hooks and the global
 // variants (scenarios 1, 2, 5, 8, 20, 23-26, 40 of the semantics reference, section 11).
-#include "modhooks/nn/register.h"
+#include "modhooks/register.h"
 
 #include <gtest/gtest.h>
 

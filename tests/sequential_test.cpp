@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "modhooks/nn/modules.h"
-#include "modhooks/nn/register.h"
+#include "modhooks/register.h"
 #include "nets.h"
 #include "test_util.h"
 

@@ -10,7 +10,8 @@
 
 #include "hooked_call.h"
 #include "modhooks/core/error.h"
-#include "modhooks/nn/dispatch.h"
+#include "modhooks/dispatch/dispatch.h"
+#include "modhooks/dispatch/global.h"
 
 namespace modhooks {
 namespace detail {
@@ -99,12 +100,13 @@ HookedCall::HookedCall(torch::jit::Module module, std::shared_ptr<JitHooks> hook
                        std::shared_ptr<const CallSite> site)
     : module_(std::move(module)),
       site_(std::move(site)),
-      dispatch_(jit_global_hooks().get(), std::move(hooks)) {}
+      dispatch_(global_hooks<torch::jit::Module>().get(), std::move(hooks)) {}
 
 void HookedCall::enter(std::vector<c10::IValue>& args) {
   if (dispatch_.has_backward_hooks()) {
-    backward_hook_ =
-        dispatch_.backward_hook(module_, std::make_shared<torch::jit::Module>(module_));
+    // The backward hooks run after this call is gone: they get a handle of their own.
+    auto handle = std::make_shared<torch::jit::Module>(module_);
+    backward_hook_ = dispatch_.backward_hook(*handle, handle);
   }
   try {
     if (dispatch_.run_pre_hooks(module_, args)) check_args(*site_, module_, args);
@@ -172,7 +174,8 @@ std::exception_ptr take_inner_error(const std::exception& seen) noexcept {
 c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue> inputs) {
   try {
     auto hooks = find_hooks(module);
-    if (!hooks && jit_global_hooks()->empty()) return module.forward(std::move(inputs));
+    if (!hooks && global_hooks<torch::jit::Module>()->empty())
+      return module.forward(std::move(inputs));
     CallSite site;  // named only when an error needs it
     site.callee = &module.get_method("forward").function();
     // Not owned: the call ends before `site` does.

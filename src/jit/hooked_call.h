@@ -12,8 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "modhooks/dispatch/dispatch.h"
+#include "modhooks/dispatch/global.h"
 #include "modhooks/jit/registry.h"
-#include "modhooks/nn/dispatch.h"
 
 namespace modhooks {
 namespace detail {

@@ -141,7 +141,7 @@ torch::jit::Operation make_call_module(const Node* node) {
     if (call_hooks_active.load(std::memory_order_relaxed) != 0) {
       const c10::IValue& self = torch::jit::peek(stack, 0, n);
       auto hooks = find_hooks(&self.toObjectRef());
-      if (hooks || !jit_global_hooks()->empty()) {
+      if (hooks || !global_hooks<torch::jit::Module>()->empty()) {
         torch::jit::Module module(self.toObject());
         std::vector<c10::IValue> args(std::make_move_iterator(stack.end() - (n - 1)),
                                       std::make_move_iterator(stack.end()));
@@ -183,7 +183,7 @@ torch::jit::Operation make_enter(const Node* node) {
     c10::IValue& self = torch::jit::peek(stack, 0, n);
     if (call_hooks_active.load(std::memory_order_relaxed) != 0) {
       auto hooks = find_hooks(&self.toObjectRef());
-      if (hooks || !jit_global_hooks()->empty()) {
+      if (hooks || !global_hooks<torch::jit::Module>()->empty()) {
         auto call = c10::make_intrusive<HookedCall>(torch::jit::Module(self.toObject()),
                                                     std::move(hooks), site);
         if (!call->empty()) {

@@ -30,11 +30,6 @@ std::shared_ptr<JitHooks> hooks_for(torch::jit::Module& module) {
   });
 }
 
-const std::shared_ptr<JitHooks>& jit_global_hooks() {
-  static const std::shared_ptr<JitHooks> hooks = std::make_shared<JitHooks>();
-  return hooks;
-}
-
 std::string python_class_name(const torch::jit::Module& module) {
   const auto& name = module.type()->name();
   return name ? name->name() : std::string("ScriptModule");

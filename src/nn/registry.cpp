@@ -3,7 +3,6 @@
 #include "modhooks/nn/registry.h"
 
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -21,34 +20,6 @@ std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module) {
   return entry_for(table_of<NnHooks>(), module, [&] {
     return std::make_shared<NnHooks>(std::make_shared<FilterObserver>(&module));
   });
-}
-
-const std::shared_ptr<NnHooks>& global_hooks() {
-  static const std::shared_ptr<NnHooks> hooks = std::make_shared<NnHooks>();
-  return hooks;
-}
-
-namespace {
-template <class Hooks>
-void remove_from(Hooks& hooks, std::uint64_t id) noexcept {
-  hooks.forward_pre.remove(id);
-  hooks.forward.remove(id);
-  hooks.backward_pre.remove(id);
-  hooks.backward.remove(id);
-}
-
-class GlobalHookTables final : public HookTableBase {
- public:
-  void remove(std::uint64_t id) noexcept override {
-    remove_from(*global_hooks(), id);
-    remove_from(*jit_global_hooks(), id);
-  }
-};
-}  // namespace
-
-const std::shared_ptr<HookTableBase>& global_hook_tables() {
-  static const std::shared_ptr<HookTableBase> tables = std::make_shared<GlobalHookTables>();
-  return tables;
 }
 
 std::string python_class_name(const torch::nn::Module& module) {

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "modhooks/nn/hook_types.h"
+#include "modhooks/dispatch/hook_types.h"
 
 namespace torch {
 namespace jit {
@@ -18,8 +18,7 @@ namespace detail {
 
 /// Where TorchScript modules' hooks live. `torch::jit::Module` is a value handle: every copy,
 /// every `named_children()` entry, names the same object, so the object is the identity, and
-/// its tables are dropped once the object dies. Declared here, beside the nn spellings, so one
-/// set of registration functions serves both module kinds.
+/// its tables are dropped once the object dies.
 using JitHooks = ModuleHooks<torch::jit::Module>;
 
 inline torch::jit::Module& module_ref(const torch::jit::Module& module) noexcept {
@@ -37,9 +36,6 @@ void require_full_calls(const torch::jit::Module& module);
 
 /// The same for every model, for the rest of the process: a global always-call hook arrived.
 void require_full_calls_everywhere();
-
-/// The tables of `register_module_*` hooks whose callable takes a `torch::jit::Module&`.
-const std::shared_ptr<JitHooks>& jit_global_hooks();
 
 /// The class name Python's `_get_name()` prints ("Net" for "__torch__.Net").
 std::string python_class_name(const torch::jit::Module& module);

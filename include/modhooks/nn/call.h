@@ -15,9 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "modhooks/nn/backward_hook.h"
+#include "modhooks/dispatch/backward_hook.h"
+#include "modhooks/dispatch/dispatch.h"
+#include "modhooks/dispatch/global.h"
 #include "modhooks/nn/boxing.h"
-#include "modhooks/nn/dispatch.h"
 #include "modhooks/nn/registry.h"
 
 namespace modhooks {
@@ -30,7 +31,7 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
   using R = decltype(module.forward(std::forward<Args>(args)...));
   torch::nn::Module& base = module;
   auto local = find_hooks(module);
-  const NnHooks* global = global_hooks().get();
+  const NnHooks* global = global_hooks<torch::nn::Module>().get();
   if (!local && global->empty()) return module.forward(std::forward<Args>(args)...);
   Dispatch<torch::nn::Module> dispatch(global, std::move(local));
   if (dispatch.empty()) return module.forward(std::forward<Args>(args)...);

@@ -11,8 +11,7 @@
 #include <utility>
 
 #include "modhooks/core/module_table.h"
-#include "modhooks/jit/registry.h"
-#include "modhooks/nn/hook_types.h"
+#include "modhooks/dispatch/hook_types.h"
 
 namespace modhooks {
 namespace detail {
@@ -45,13 +44,6 @@ std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module);
 /// The class name Python's `_get_name()` would print ("Linear" for `torch::nn::LinearImpl`).
 std::string python_class_name(const torch::nn::Module& module);
 
-/// The tables of `register_module_*` hooks, which run for every nn module before its own.
-const std::shared_ptr<NnHooks>& global_hooks();
-
-/// What the handle of a global hook points to: removes the id from every global list, nn and
-/// TorchScript alike.
-const std::shared_ptr<HookTableBase>& global_hook_tables();
-
 /// The concrete module behind each accepted spelling: `Module&`, `shared_ptr<T>`,
 /// `ModuleHolder<T>` (e.g. `torch::nn::Linear`).
 template <class T, std::enable_if_t<std::is_base_of_v<torch::nn::Module, T>, int> = 0>
@@ -67,29 +59,13 @@ T& module_ref(const torch::nn::ModuleHolder<T>& module) noexcept {
   return *module.ptr();
 }
 
+/// Enables an overload for the nn module spellings only. The test is on the module found, since
+/// the TorchScript adapter's `module_ref` may be visible here too.
 template <class M>
-using ModuleType = std::remove_reference_t<decltype(module_ref(std::declval<M&>()))>;
-
-/// The type hooks receive for a module of type `T`: `torch::nn::Module` for every nn module,
-/// `torch::jit::Module` for TorchScript ones.
-template <class T>
-struct BaseOfT {
-  using type = std::conditional_t<std::is_base_of_v<torch::nn::Module, T>, torch::nn::Module, T>;
-};
-template <>
-struct BaseOfT<torch::jit::Module> {
-  using type = torch::jit::Module;
-};
-template <class T>
-using BaseOf = typename BaseOfT<T>::type;
-
-/// Enables an overload for every module spelling, nn or TorchScript.
-template <class M>
-using IfModule = std::enable_if_t<sizeof(ModuleType<M>*) != 0, int>;
-
-/// Enables an overload for the nn module spellings only.
-template <class M>
-using IfNnModule = std::enable_if_t<std::is_same_v<BaseOf<ModuleType<M>>, torch::nn::Module>, int>;
+using IfNnModule = std::enable_if_t<
+    std::is_base_of_v<torch::nn::Module,
+                      std::remove_reference_t<decltype(module_ref(std::declval<M&>()))>>,
+    int>;
 
 }  // namespace detail
 }  // namespace modhooks

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "modhooks/nn/registry.h"
+#include "modhooks/module_ref.h"
 #include "modhooks/state/state_dict.h"
 #include "modhooks/state/state_hooks.h"
 

@@ -12,7 +12,8 @@
 
 #include "modhooks/core/hook_list.h"
 #include "modhooks/core/module_table.h"
-#include "modhooks/nn/register.h"
+#include "modhooks/dispatch/adapt.h"
+#include "modhooks/module_ref.h"
 #include "modhooks/state/state_dict.h"
 
 namespace modhooks {

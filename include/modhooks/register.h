@@ -8,66 +8,11 @@
 #include <vector>
 
 #include "modhooks/core/handle.h"
-#include "modhooks/nn/registry.h"
+#include "modhooks/dispatch/adapt.h"
+#include "modhooks/dispatch/global.h"
+#include "modhooks/module_ref.h"
 
 namespace modhooks {
-namespace detail {
-
-/// Calls a user hook with the module as the type it was written for: the base type
-/// (`torch::nn::Module&` or `torch::jit::Module&`), or the concrete `T&` of the module it was
-/// registered on.
-template <class T, class F, class... A>
-decltype(auto) invoke_hook(F& hook, BaseOf<T>& module, A&&... args) {
-  if constexpr (std::is_invocable_v<F&, BaseOf<T>&, A...>) {
-    return hook(module, std::forward<A>(args)...);
-  } else {
-    // dynamic_cast: libtorch 1.13 modules derive from Module virtually.
-    return hook(dynamic_cast<T&>(module), std::forward<A>(args)...);
-  }
-}
-
-/// Adapts any callable with a fitting signature, returning `void`, a value or an optional, to
-/// the stored form. Done once at registration so dispatch pays nothing for the flexibility.
-template <class Ret, class T, class... A, class F>
-std::function<std::optional<Ret>(BaseOf<T>&, A...)> adapt_hook(F hook) {
-  static_assert(std::is_invocable_v<F&, BaseOf<T>&, A...> || std::is_invocable_v<F&, T&, A...>,
-                "modhooks: this hook cannot be called with the arguments of its hook kind "
-                "(see the table in API.md)");
-  return [hook = std::move(hook)](BaseOf<T>& module, A... args) mutable {
-    using R = decltype(invoke_hook<T>(hook, module, args...));
-    if constexpr (std::is_void_v<R>) {
-      invoke_hook<T>(hook, module, args...);
-      return std::optional<Ret>();
-    } else {
-      return std::optional<Ret>(invoke_hook<T>(hook, module, args...));
-    }
-  };
-}
-
-/// The same for hook kinds whose hooks edit their arguments in place and return nothing, as
-/// Python requires of state-dict hooks.
-template <class T, class... A, class F>
-std::function<void(BaseOf<T>&, A...)> adapt_void_hook(F hook) {
-  static_assert(std::is_invocable_v<F&, BaseOf<T>&, A...> || std::is_invocable_v<F&, T&, A...>,
-                "modhooks: this hook cannot be called with the arguments of its hook kind "
-                "(see the table in API.md)");
-  return [hook = std::move(hook)](BaseOf<T>& module, A... args) mutable {
-    static_assert(std::is_void_v<decltype(invoke_hook<T>(hook, module, args...))>,
-                  "modhooks: this kind of hook edits its arguments in place and must return void");
-    invoke_hook<T>(hook, module, args...);
-  };
-}
-
-template <class Hooks, class List, class Hook>
-RemovableHandle add_hook(const std::shared_ptr<Hooks>& hooks, List Hooks::*list, Hook hook,
-                         bool prepend) {
-  auto& table = (*hooks).*list;
-  return make_handle(hooks, table, table.add(std::move(hook), prepend));
-}
-
-using HookArgs = std::vector<c10::IValue>;
-
-}  // namespace detail
 
 /// Python's `Module.register_forward_pre_hook`: `hook(module, args)` runs before `forward` and
 /// may return replacement args (a vector of the same length).
@@ -137,14 +82,15 @@ RemovableHandle add_global_hook(F hook, Select select, Entry entry, bool prepend
                 "and the arguments of its hook kind (see the table in API.md)");
   const std::uint64_t id = next_hook_id.fetch_add(1);
   if constexpr (nn) {
-    select(*global_hooks()).add(entry(adapt_hook<Ret, torch::nn::Module, A...>(hook)), prepend, id);
+    select(*global_hooks<torch::nn::Module>())
+        .add(entry(adapt_hook<Ret, torch::nn::Module, A...>(hook)), prepend, id);
   }
   if constexpr (jit) {
     auto stored = entry(adapt_hook<Ret, torch::jit::Module, A...>(hook));
     if constexpr (std::is_same_v<decltype(stored), ForwardHookEntry<torch::jit::Module>>) {
       if (stored.always_call) require_full_calls_everywhere();
     }
-    select(*jit_global_hooks()).add(std::move(stored), prepend, id);
+    select(*global_hooks<torch::jit::Module>()).add(std::move(stored), prepend, id);
   }
   return RemovableHandle(global_hook_tables(), id);
 }

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "modhooks/nn/backward_hook.h"
-#include "modhooks/nn/hook_types.h"
+#include "modhooks/dispatch/backward_hook.h"
+#include "modhooks/dispatch/hook_types.h"
 
 namespace modhooks {
 namespace detail {

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "modhooks/nn/hook_types.h"
+#include "modhooks/dispatch/hook_types.h"
 
 namespace modhooks {
 namespace detail {

@@ -1,6 +1,6 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
-#include "modhooks/nn/backward_hook.h"
+#include "modhooks/dispatch/backward_hook.h"
 
 #include <ATen/core/grad_mode.h>
 #include <fmt/format.h>

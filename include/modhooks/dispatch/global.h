@@ -1,0 +1,37 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <memory>
+
+#include "modhooks/core/handle.h"
+#include "modhooks/dispatch/hook_types.h"
+
+namespace torch {
+namespace nn {
+class Module;
+}  // namespace nn
+namespace jit {
+struct Module;
+}  // namespace jit
+}  // namespace torch
+
+namespace modhooks {
+namespace detail {
+
+/// The tables of `register_module_*` hooks for modules of kind `M` (`torch::nn::Module` or
+/// `torch::jit::Module`), which run for every module of that kind before its own hooks.
+template <class M>
+const std::shared_ptr<ModuleHooks<M>>& global_hooks();
+
+extern template const std::shared_ptr<ModuleHooks<torch::nn::Module>>&
+global_hooks<torch::nn::Module>();
+extern template const std::shared_ptr<ModuleHooks<torch::jit::Module>>&
+global_hooks<torch::jit::Module>();
+
+/// What the handle of a global hook points to: removes the id from every global list, nn and
+/// TorchScript alike (a hook taking `auto&` sits in both).
+const std::shared_ptr<HookTableBase>& global_hook_tables();
+
+}  // namespace detail
+}  // namespace modhooks

@@ -1,0 +1,43 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#include "modhooks/dispatch/global.h"
+
+#include <cstdint>
+
+namespace modhooks {
+namespace detail {
+
+template <class M>
+const std::shared_ptr<ModuleHooks<M>>& global_hooks() {
+  static const std::shared_ptr<ModuleHooks<M>> hooks = std::make_shared<ModuleHooks<M>>();
+  return hooks;
+}
+
+template const std::shared_ptr<ModuleHooks<torch::nn::Module>>& global_hooks<torch::nn::Module>();
+template const std::shared_ptr<ModuleHooks<torch::jit::Module>>& global_hooks<torch::jit::Module>();
+
+namespace {
+template <class Hooks>
+void remove_from(Hooks& hooks, std::uint64_t id) noexcept {
+  hooks.forward_pre.remove(id);
+  hooks.forward.remove(id);
+  hooks.backward_pre.remove(id);
+  hooks.backward.remove(id);
+}
+
+class GlobalHookTables final : public HookTableBase {
+ public:
+  void remove(std::uint64_t id) noexcept override {
+    remove_from(*global_hooks<torch::nn::Module>(), id);
+    remove_from(*global_hooks<torch::jit::Module>(), id);
+  }
+};
+}  // namespace
+
+const std::shared_ptr<HookTableBase>& global_hook_tables() {
+  static const std::shared_ptr<HookTableBase> tables = std::make_shared<GlobalHookTables>();
+  return tables;
+}
+
+}  // namespace detail
+}  // namespace modhooks
