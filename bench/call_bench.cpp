@@ -3,7 +3,10 @@
 // shared machine hits both alike, and reports both means and what the case adds:
 //   - Linear(16,16): direct forward vs call with no hooks anywhere;
 //   - Linear(16,16): direct forward vs call with two forward hooks;
-//   - Linear(16,16) without hooks while 100 other modules have hooks: forward vs call;
+//   - Linear(16,16) and Identity without hooks while 100 other modules have hooks: forward vs
+//     call; Identity with two forward hooks: forward vs call;
+//   - the same MLP, full backward hooks vs the floor of the mechanism (a bare identity node on
+//     each side of each layer);
 //   - 8 x Linear(64,64), batch 32, forward+backward: torch::nn::Sequential with no hooks vs
 //     modhooks::Sequential with a full backward hook on every layer;
 //   - a TorchScript module: forward vs call with no hooks.
@@ -108,6 +111,49 @@ void BM_Linear16_CallUnhookedWhileOthersHooked_vs_Forward(benchmark::State& stat
 }
 BENCHMARK(BM_Linear16_CallUnhookedWhileOthersHooked_vs_Forward);
 
+/// The same on `Identity`, whose forward costs a few nanoseconds, so that what `call` adds is not
+/// lost in the noise of a real layer.
+void BM_Identity_CallUnhookedWhileOthersHooked_vs_Forward(benchmark::State& state) {
+  torch::nn::Identity identity;
+  std::vector<torch::nn::Linear> others;
+  std::vector<modhooks::ScopedHandle> handles;
+  for (int i = 0; i < 100; ++i) {
+    others.emplace_back(1, 1);
+    handles.emplace_back(modhooks::register_forward_hook(
+        others.back(), [](torch::nn::Module&, const IValues&, const c10::IValue&) {}));
+  }
+  auto x = at::randn({1, 16});
+  paired(
+      state, kBatch,
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(identity->forward(x));
+      },
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(identity, x));
+      });
+}
+BENCHMARK(BM_Identity_CallUnhookedWhileOthersHooked_vs_Forward);
+
+/// Two no-op forward hooks on `Identity`: what the hooked path itself costs.
+void BM_Identity_CallTwoForwardHooks_vs_Forward(benchmark::State& state) {
+  torch::nn::Identity identity;
+  std::vector<modhooks::ScopedHandle> handles;
+  for (int i = 0; i < 2; ++i) {
+    handles.emplace_back(modhooks::register_forward_hook(
+        identity, [](torch::nn::Module&, const IValues&, const c10::IValue&) {}));
+  }
+  auto x = at::randn({1, 16});
+  paired(
+      state, kBatch,
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(identity->forward(x));
+      },
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(identity, x));
+      });
+}
+BENCHMARK(BM_Identity_CallTwoForwardHooks_vs_Forward);
+
 void BM_MLP8_FullBackwardHookPerLayer_vs_NoHooks(benchmark::State& state) {
   torch::nn::Sequential plain;
   modhooks::Sequential hooked;
@@ -125,6 +171,31 @@ void BM_MLP8_FullBackwardHookPerLayer_vs_NoHooks(benchmark::State& state) {
       [&] { modhooks::call(hooked, x).sum().backward(); });
 }
 BENCHMARK(BM_MLP8_FullBackwardHookPerLayer_vs_NoHooks);
+
+/// The floor of the mechanism: the same MLP with each layer's input and output passed through
+/// one bare identity autograd node (`view_as`), as the full-backward wiring does, but no hooks.
+void BM_MLP8_FullBackwardHookPerLayer_vs_IdentityFloor(benchmark::State& state) {
+  std::vector<torch::nn::Linear> floor_layers;
+  modhooks::Sequential hooked;
+  std::vector<modhooks::ScopedHandle> handles;
+  for (int i = 0; i < 8; ++i) {
+    floor_layers.emplace_back(64, 64);
+    hooked->push_back(torch::nn::Linear(64, 64));
+    handles.emplace_back(modhooks::register_full_backward_hook(
+        hooked->ptr(i),
+        [](torch::nn::Module&, const modhooks::TensorList&, const modhooks::TensorList&) {}));
+  }
+  auto x = at::randn({32, 64}).requires_grad_();
+  paired(
+      state, 1,
+      [&] {
+        at::Tensor y = x;
+        for (auto& layer : floor_layers) y = layer->forward(y.view_as(y)).view_as(y);
+        y.sum().backward();
+      },
+      [&] { modhooks::call(hooked, x).sum().backward(); });
+}
+BENCHMARK(BM_MLP8_FullBackwardHookPerLayer_vs_IdentityFloor);
 
 /// A TorchScript module built in C++: x @ w with a 16x16 w.
 torch::jit::Module script_linear() {

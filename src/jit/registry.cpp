@@ -6,7 +6,6 @@
 #include <string>
 
 #include "hooked_call.h"
-#include "identity.h"
 #include "instrumentation.h"
 #include "modhooks/core/error.h"
 #include "modhooks/jit/instrument.h"

@@ -2,16 +2,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <torch/csrc/jit/api/module.h>
+
 #include <memory>
 #include <string>
+#include <utility>
 
+#include "modhooks/core/module_table.h"
 #include "modhooks/dispatch/hook_types.h"
-
-namespace torch {
-namespace jit {
-struct Module;
-}  // namespace jit
-}  // namespace torch
 
 namespace modhooks {
 namespace detail {
@@ -23,6 +21,21 @@ using JitHooks = ModuleHooks<torch::jit::Module>;
 
 inline torch::jit::Module& module_ref(const torch::jit::Module& module) noexcept {
   return const_cast<torch::jit::Module&>(module);  // a handle: hooks attach to its object
+}
+
+/// A TorchScript module's entry in `table`: keyed by the object behind the handle, alive while
+/// that object is.
+template <class Hooks, class... Make>
+std::shared_ptr<Hooks> jit_entry_for(ModuleTable<Hooks>& table, const torch::jit::Module& module,
+                                     Make&&... make) {
+  c10::weak_intrusive_ptr<c10::ivalue::Object> object(module._ivalue());
+  return table.get_or_create(
+      module._ivalue().get(), [object] { return !object.expired(); }, std::forward<Make>(make)...);
+}
+
+template <class Hooks>
+std::shared_ptr<Hooks> jit_entry_find(ModuleTable<Hooks>& table, const torch::jit::Module& module) {
+  return table.find(module._ivalue().get());
 }
 
 std::shared_ptr<JitHooks> find_hooks(const torch::jit::Module& module);

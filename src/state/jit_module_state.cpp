@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "identity.h"
 #include "modhooks/jit/registry.h"
 #include "modhooks/state/detail/traversal.h"
 #include "modhooks/state/module_state.h"
