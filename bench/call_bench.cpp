@@ -16,43 +16,15 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 
-#include <chrono>
 #include <vector>
 
 #include "modhooks/modhooks.h"
+#include "paired.h"
 
 namespace {
 
 using IValues = std::vector<c10::IValue>;
-using Clock = std::chrono::steady_clock;
-
-/// Runs `baseline` and `measured` (each a batch of `calls` calls) once per iteration, in
-/// alternating order, and reports the mean microseconds per call of each and the difference.
-template <class Baseline, class Measured>
-void paired(benchmark::State& state, int calls, Baseline&& baseline, Measured&& measured) {
-  double baseline_s = 0, measured_s = 0;
-  bool baseline_first = true;
-  auto timed = [](auto& f) {
-    const auto start = Clock::now();
-    f();
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  };
-  for (auto _ : state) {
-    if (baseline_first) {
-      baseline_s += timed(baseline);
-      measured_s += timed(measured);
-    } else {
-      measured_s += timed(measured);
-      baseline_s += timed(baseline);
-    }
-    baseline_first = !baseline_first;
-  }
-  const double per_call = 1e6 / (static_cast<double>(state.iterations()) * calls);
-  state.counters["baseline_us"] = baseline_s * per_call;
-  state.counters["measured_us"] = measured_s * per_call;
-  state.counters["added_us"] = (measured_s - baseline_s) * per_call;
-  state.counters["added_pct"] = 100 * (measured_s / baseline_s - 1);
-}
+using modhooks_bench::paired;
 
 constexpr int kBatch = 64;  // calls per timed batch of the microsecond-sized cases
 
@@ -88,10 +60,10 @@ void BM_Linear16_CallTwoForwardHooks_vs_Forward(benchmark::State& state) {
 }
 BENCHMARK(BM_Linear16_CallTwoForwardHooks_vs_Forward);
 
-/// Linear(16,16) without hooks of its own while 100 other modules have a forward hook each:
-/// `call` leaves its fast path, and the filter of hooked modules must send it on to `forward`.
-void BM_Linear16_CallUnhookedWhileOthersHooked_vs_Forward(benchmark::State& state) {
-  torch::nn::Linear linear(16, 16);
+/// `module` without hooks of its own while 100 other modules have a forward hook each: `call`
+/// leaves its fast path, and the filter of hooked modules must send it on to `forward`.
+template <class Holder>
+void unhooked_while_others_hooked(benchmark::State& state, Holder module) {
   std::vector<torch::nn::Linear> others;
   std::vector<modhooks::ScopedHandle> handles;
   for (int i = 0; i < 100; ++i) {
@@ -103,34 +75,22 @@ void BM_Linear16_CallUnhookedWhileOthersHooked_vs_Forward(benchmark::State& stat
   paired(
       state, kBatch,
       [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(linear->forward(x));
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(module->forward(x));
       },
       [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(linear, x));
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(module, x));
       });
+}
+
+void BM_Linear16_CallUnhookedWhileOthersHooked_vs_Forward(benchmark::State& state) {
+  unhooked_while_others_hooked(state, torch::nn::Linear(16, 16));
 }
 BENCHMARK(BM_Linear16_CallUnhookedWhileOthersHooked_vs_Forward);
 
 /// The same on `Identity`, whose forward costs a few nanoseconds, so that what `call` adds is not
 /// lost in the noise of a real layer.
 void BM_Identity_CallUnhookedWhileOthersHooked_vs_Forward(benchmark::State& state) {
-  torch::nn::Identity identity;
-  std::vector<torch::nn::Linear> others;
-  std::vector<modhooks::ScopedHandle> handles;
-  for (int i = 0; i < 100; ++i) {
-    others.emplace_back(1, 1);
-    handles.emplace_back(modhooks::register_forward_hook(
-        others.back(), [](torch::nn::Module&, const IValues&, const c10::IValue&) {}));
-  }
-  auto x = at::randn({1, 16});
-  paired(
-      state, kBatch,
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(identity->forward(x));
-      },
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(identity, x));
-      });
+  unhooked_while_others_hooked(state, torch::nn::Identity());
 }
 BENCHMARK(BM_Identity_CallUnhookedWhileOthersHooked_vs_Forward);
 

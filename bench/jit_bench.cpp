@@ -9,18 +9,17 @@
 #include <benchmark/benchmark.h>
 #include <torch/csrc/jit/api/module.h>
 
-#include <chrono>
 #include <string>
 #include <vector>
 
 #include "modhooks/modhooks.h"
+#include "paired.h"
 
 namespace {
 
 using IValues = std::vector<c10::IValue>;
-using Clock = std::chrono::steady_clock;
+using modhooks_bench::paired;
 constexpr int kLayers = 8;
-constexpr int kBatch = 16;  // forwards per timed batch
 
 /// Root and layers defined in C++; `self.lK.forward(x)` compiles to the same
 /// `prim::CallMethod` a scripted or traced model has.
@@ -40,30 +39,9 @@ torch::jit::Module model() {
   return root;
 }
 
-template <class Baseline, class Measured>
-void paired(benchmark::State& state, Baseline&& baseline, Measured&& measured) {
-  double baseline_s = 0, measured_s = 0;
-  bool baseline_first = true;
-  auto timed = [](auto& f) {
-    const auto start = Clock::now();
-    for (int i = 0; i < kBatch; ++i) f();
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  };
-  for (auto _ : state) {
-    if (baseline_first) {
-      baseline_s += timed(baseline);
-      measured_s += timed(measured);
-    } else {
-      measured_s += timed(measured);
-      baseline_s += timed(baseline);
-    }
-    baseline_first = !baseline_first;
-  }
-  const double per_call = 1e6 / (static_cast<double>(state.iterations()) * kBatch);
-  state.counters["baseline_us"] = baseline_s * per_call;
-  state.counters["measured_us"] = measured_s * per_call;
-  state.counters["added_us"] = (measured_s - baseline_s) * per_call;
-  state.counters["added_pct"] = 100 * (measured_s / baseline_s - 1);
+/// One timed call of `model.forward(x)`.
+auto forward_of(torch::jit::Module& model, const IValues& x) {
+  return [&model, &x] { benchmark::DoNotOptimize(model.forward(x)); };
 }
 
 void BM_Script8_InstrumentedNoHooks_vs_Original(benchmark::State& state) {
@@ -71,9 +49,7 @@ void BM_Script8_InstrumentedNoHooks_vs_Original(benchmark::State& state) {
   auto instrumented = model();
   modhooks::instrument(instrumented);
   IValues x{at::randn({8, 64})};
-  paired(
-      state, [&] { benchmark::DoNotOptimize(original.forward(x)); },
-      [&] { benchmark::DoNotOptimize(instrumented.forward(x)); });
+  paired(state, 1, forward_of(original, x), forward_of(instrumented, x));
 }
 BENCHMARK(BM_Script8_InstrumentedNoHooks_vs_Original);
 
@@ -85,9 +61,7 @@ void BM_Script8_OneInnerHook_vs_Original(benchmark::State& state) {
       modhooks::submodule(hooked, "l3"),
       [&](torch::jit::Module&, const IValues&, const c10::IValue&) { ++seen; }));
   IValues x{at::randn({8, 64})};
-  paired(
-      state, [&] { benchmark::DoNotOptimize(original.forward(x)); },
-      [&] { benchmark::DoNotOptimize(hooked.forward(x)); });
+  paired(state, 1, forward_of(original, x), forward_of(hooked, x));
   benchmark::DoNotOptimize(seen);
 }
 BENCHMARK(BM_Script8_OneInnerHook_vs_Original);
@@ -99,9 +73,8 @@ void BM_Script8_OneTopLevelHook_vs_Original(benchmark::State& state) {
   modhooks::ScopedHandle h(modhooks::register_forward_hook(
       hooked, [&](torch::jit::Module&, const IValues&, const c10::IValue&) { ++seen; }));
   IValues x{at::randn({8, 64})};
-  paired(
-      state, [&] { benchmark::DoNotOptimize(original.forward(x)); },
-      [&] { benchmark::DoNotOptimize(modhooks::call(hooked, x)); });
+  paired(state, 1, forward_of(original, x),
+         [&] { benchmark::DoNotOptimize(modhooks::call(hooked, x)); });
   benchmark::DoNotOptimize(seen);
 }
 BENCHMARK(BM_Script8_OneTopLevelHook_vs_Original);

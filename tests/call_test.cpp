@@ -123,3 +123,20 @@ TEST(Call, FastPathCounterFollowsRegistrationAndModuleDeath) {
 }
 
 }  // namespace
+
+TEST(Call, AReplacementForwardCannotHoldNamesTheHookAndTheModule) {
+  torch::nn::Linear linear(2, 2);
+  modhooks::ScopedHandle post(modhooks::register_forward_hook(
+      linear, [](torch::nn::Module&, const std::vector<c10::IValue>&, const c10::IValue&) {
+        return c10::IValue(3);
+      }));
+  const std::string message = message_of([&] { modhooks::call(linear, at::randn({1, 2})); });
+  EXPECT_NE(message.find("forward hook of module Linear"), std::string::npos) << message;
+  modhooks::ScopedHandle pre(modhooks::register_forward_pre_hook(
+      linear, [](torch::nn::Module&, const std::vector<c10::IValue>&) {
+        return std::vector<c10::IValue>{c10::IValue("text")};
+      }));
+  const std::string pre_message = message_of([&] { modhooks::call(linear, at::randn({1, 2})); });
+  EXPECT_NE(pre_message.find("forward pre-hook of module Linear"), std::string::npos)
+      << pre_message;
+}

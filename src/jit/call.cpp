@@ -182,7 +182,7 @@ c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue>
     std::shared_ptr<const CallSite> unowned(std::shared_ptr<void>(), &site);
     return run_with_hooks(module, std::move(hooks), std::move(inputs), std::move(unowned),
                           [&](std::vector<c10::IValue>& args) { return module.forward(args); });
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {  // libtorch 1.13's interpreter rethrows std::runtime_error
     if (auto original = take_inner_error(e)) std::rethrow_exception(original);
     throw;
   }

@@ -68,8 +68,8 @@ c10::IValue run_with_hooks(torch::jit::Module& module, std::shared_ptr<JitHooks>
                            const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke);
 
 /// Remembers the `modhooks::Error` an inner call site raised. The interpreter rethrows every
-/// error as a `c10::Error` of its own, with the TorchScript traceback; `call` hands the caller
-/// the original back.
+/// error as one of its own (`c10::Error`; `std::runtime_error` in libtorch 1.13), with the
+/// TorchScript traceback; `call` hands the caller the original back.
 void remember_inner_error(std::exception_ptr error) noexcept;
 
 /// The remembered error when `seen` is the interpreter's wrapping of it, else null; forgets it.

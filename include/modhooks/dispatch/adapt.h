@@ -13,15 +13,7 @@
 
 #include "modhooks/core/handle.h"
 #include "modhooks/core/hook_list.h"
-
-namespace torch {
-namespace nn {
-class Module;
-}  // namespace nn
-namespace jit {
-struct Module;
-}  // namespace jit
-}  // namespace torch
+#include "modhooks/dispatch/kinds.h"
 
 namespace modhooks {
 namespace detail {

@@ -22,7 +22,7 @@ c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue>
 /// Hooks on submodules fire inside, where the model's code calls them (see `instrument`), also
 /// when the model runs through `forward` directly. Global hooks whose callable takes a
 /// `torch::jit::Module&` (or `auto&`) apply here too. An error a hook raised inside the model is
-/// rethrown as the `modhooks::Error` it was (libtorch's interpreter turns it into a `c10::Error`).
+/// rethrown as the `modhooks::Error` it was (libtorch's interpreter turns it into its own error).
 ///
 /// **Example**:
 /// \code

@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "modhooks/core/error.h"
 #include "modhooks/dispatch/backward_hook.h"
 #include "modhooks/dispatch/dispatch.h"
 #include "modhooks/dispatch/global.h"
@@ -23,6 +25,19 @@
 
 namespace modhooks {
 namespace detail {
+
+/// Runs `unbox`, which converts a hook's replacement back into forward's types; a value they
+/// cannot hold becomes a `modhooks::Error` naming the hook kind and the module (c10's "Expected
+/// Tensor but got Int" names neither).
+template <class F>
+void unbox_replacement(const char* hook, const torch::nn::Module& module, F&& unbox) {
+  try {
+    unbox();
+  } catch (const c10::Error& e) {
+    fail(std::string("modhooks: a ") + hook + " of module " + python_class_name(module) +
+         " returned a value that forward's types cannot hold: " + e.what_without_backtrace());
+  }
+}
 
 /// `call` when some hook exists somewhere: Python's `_call_impl` for a typed `forward`.
 template <class T, class... Args>
@@ -44,15 +59,18 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
   try {
     if (dispatch.has_pre_hooks()) {
       boxed = box_all(values);
-      dispatch.run_pre_hooks(base, boxed);
-      unbox_all(boxed, values);
+      if (dispatch.run_pre_hooks(base, boxed)) {
+        unbox_replacement("forward pre-hook", base, [&] { unbox_all(boxed, values); });
+      }
     }
     if (backward_hook) wrap_tuple(*backward_hook, values, /*output_side=*/false);
     result.emplace(std::apply([&](auto&... a) -> R { return module.forward(a...); }, values));
     if (dispatch.has_forward_hooks()) {
       boxed = box_all(values);  // hooks see the args forward received, views included
       output = box(*result);
-      if (dispatch.run_forward_hooks(base, boxed, output)) unbox_into(output, *result);
+      if (dispatch.run_forward_hooks(base, boxed, output)) {
+        unbox_replacement("forward hook", base, [&] { unbox_into(output, *result); });
+      }
     }
     if (backward_hook) wrap_output(*backward_hook, *result);
   } catch (...) {

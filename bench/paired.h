@@ -1,0 +1,38 @@
+// Times a benchmark case in alternation with its baseline in the same run.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+
+namespace modhooks_bench {
+
+/// Runs `baseline` and `measured` (each a batch of `calls` calls) once per iteration, in
+/// alternating order, and reports the mean microseconds per call of each and the difference.
+template <class Baseline, class Measured>
+void paired(benchmark::State& state, int calls, Baseline&& baseline, Measured&& measured) {
+  double baseline_s = 0, measured_s = 0;
+  bool baseline_first = true;
+  auto timed = [](auto& f) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (auto _ : state) {
+    if (baseline_first) {
+      baseline_s += timed(baseline);
+      measured_s += timed(measured);
+    } else {
+      measured_s += timed(measured);
+      baseline_s += timed(baseline);
+    }
+    baseline_first = !baseline_first;
+  }
+  const double per_call = 1e6 / (static_cast<double>(state.iterations()) * calls);
+  state.counters["baseline_us"] = baseline_s * per_call;
+  state.counters["measured_us"] = measured_s * per_call;
+  state.counters["added_us"] = (measured_s - baseline_s) * per_call;
+  state.counters["added_pct"] = 100 * (measured_s / baseline_s - 1);
+}
+
+}  // namespace modhooks_bench
