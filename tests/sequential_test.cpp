@@ -89,7 +89,7 @@ TEST(Sequential, CloneCopiesWeightsIntoIndependentChildren) {
   EXPECT_TRUE(at::equal(copy->forward(x), seq->forward(x)));
   {
     at::NoGradGuard no_grad;
-    seq->at<torch::nn::LinearImpl>(0).weight.add_(1);
+    seq->at<torch::nn::LinearImpl>(2).bias.add_(1);  // changes every output, whatever x is
   }
   EXPECT_FALSE(at::equal(copy->forward(x), seq->forward(x)));
   // The copy's children are new modules, and run through their own hooks.

@@ -7,9 +7,21 @@
 namespace modhooks {
 namespace detail {
 
+namespace {
+/// Keeps `global_hooks_active<M>` equal to the number of hooks in the global tables of `M`.
+template <class M>
+class GlobalCounter final : public HookObserver {
+ public:
+  void hooks_changed(std::int64_t delta) noexcept override {
+    global_hooks_active<M>.fetch_add(delta, std::memory_order_relaxed);
+  }
+};
+}  // namespace
+
 template <class M>
 const std::shared_ptr<ModuleHooks<M>>& global_hooks() {
-  static const std::shared_ptr<ModuleHooks<M>> hooks = std::make_shared<ModuleHooks<M>>();
+  static const std::shared_ptr<ModuleHooks<M>> hooks =
+      std::make_shared<ModuleHooks<M>>(std::make_shared<GlobalCounter<M>>());
   return hooks;
 }
 

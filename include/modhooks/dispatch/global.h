@@ -2,6 +2,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "modhooks/core/handle.h"
@@ -10,6 +12,11 @@
 
 namespace modhooks {
 namespace detail {
+
+/// How many global hooks for modules of kind `M` exist: `call` reads it inline, beside the filter
+/// of hooked modules, to send a module without hooks of any kind straight to `forward`.
+template <class M>
+inline std::atomic<std::int64_t> global_hooks_active{0};
 
 /// The tables of `register_module_*` hooks for modules of kind `M` (`torch::nn::Module` or
 /// `torch::jit::Module`), which run for every module of that kind before its own hooks.

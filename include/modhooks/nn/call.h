@@ -87,8 +87,9 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
 /// forward hooks, and the full-backward wiring; returns what `forward` returns.
 ///
 /// libtorch calls `forward` directly (`ModuleHolder::operator()`, `torch::nn::Sequential`), so
-/// hooks fire only through `call` (and `modhooks::Sequential`). While no hook is registered
-/// anywhere, `call` costs one relaxed atomic load over a direct `forward`.
+/// hooks fire only through `call` (and modhooks' holders and `Sequential`). While no hook is
+/// registered anywhere, `call` costs one relaxed atomic load over a direct `forward`; while
+/// other modules have hooks, a module without any costs a hash and two more loads.
 ///
 /// **Example**:
 /// \code
@@ -103,6 +104,13 @@ auto call(M&& module, Args&&... args)
     -> decltype(detail::module_ref(module).forward(std::forward<Args>(args)...)) {
   auto& impl = detail::module_ref(module);
   if (C10_LIKELY(detail::call_hooks_active.load(std::memory_order_relaxed) == 0)) {
+    return impl.forward(std::forward<Args>(args)...);
+  }
+  // Other modules have hooks: the filter slot of this one and the count of global hooks tell,
+  // inline and without a lock, that most modules without hooks have none.
+  const torch::nn::Module* base = &impl;  // the key hooks are filed under (bases are virtual)
+  if (!detail::hooked_modules.may_have_hooks(base) &&
+      detail::global_hooks_active<torch::nn::Module>.load(std::memory_order_relaxed) == 0) {
     return impl.forward(std::forward<Args>(args)...);
   }
   return detail::call_with_hooks(impl, std::forward<Args>(args)...);
