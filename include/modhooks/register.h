@@ -79,7 +79,7 @@ RemovableHandle add_global_hook(F hook, Select select, Entry entry, bool prepend
   constexpr bool jit = std::is_invocable_v<F&, torch::jit::Module&, A...>;
   static_assert(nn || jit,
                 "modhooks: a global hook takes torch::nn::Module&, torch::jit::Module& or auto& "
-                "and the arguments of its hook kind (see the table in API.md)");
+                "and then the arguments Python passes to that kind of hook");
   const std::uint64_t id = next_hook_id.fetch_add(1);
   if constexpr (nn) {
     select(*global_hooks<torch::nn::Module>())
@@ -109,7 +109,8 @@ struct HookModule<std::function<R(M&, Rest...)>> {
 
 /// Python's `torch.nn.modules.module.register_module_forward_pre_hook`: runs for every module,
 /// before the module's own pre-hooks. A hook taking `torch::jit::Module&` (or `auto&`) also
-/// runs for TorchScript modules: at `call` and at the inner call sites `instrument` rewrote.
+/// runs for TorchScript modules: at `call` and at every rewritten inner call site (rewritten by
+/// `instrument`, or because a module of that type has a hook).
 template <class F>
 RemovableHandle register_module_forward_pre_hook(F hook) {
   return detail::add_global_hook<detail::HookArgs, const detail::HookArgs&>(

@@ -52,7 +52,7 @@ template <class Ret, class T, class... A, class F>
 std::function<std::optional<Ret>(BaseOf<T>&, A...)> adapt_hook(F hook) {
   static_assert(std::is_invocable_v<F&, BaseOf<T>&, A...> || std::is_invocable_v<F&, T&, A...>,
                 "modhooks: this hook cannot be called with the arguments of its hook kind "
-                "(see the table in API.md)");
+                "(the module, then what Python passes to that kind of hook)");
   return [hook = std::move(hook)](BaseOf<T>& module, A... args) mutable {
     using R = decltype(invoke_hook<T>(hook, module, args...));
     if constexpr (std::is_void_v<R>) {
@@ -70,7 +70,7 @@ template <class T, class... A, class F>
 std::function<void(BaseOf<T>&, A...)> adapt_void_hook(F hook) {
   static_assert(std::is_invocable_v<F&, BaseOf<T>&, A...> || std::is_invocable_v<F&, T&, A...>,
                 "modhooks: this hook cannot be called with the arguments of its hook kind "
-                "(see the table in API.md)");
+                "(the module, then what Python passes to that kind of hook)");
   return [hook = std::move(hook)](BaseOf<T>& module, A... args) mutable {
     static_assert(std::is_void_v<decltype(invoke_hook<T>(hook, module, args...))>,
                   "modhooks: this kind of hook edits its arguments in place and must return void");

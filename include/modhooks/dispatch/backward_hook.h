@@ -66,7 +66,7 @@ class BackwardHookBase : public torch::CustomClassHolder {
 template <class M>
 class BackwardHook final : public BackwardHookBase {
  public:
-  /// `global` is null for module kinds without global hooks (TorchScript).
+  /// `global` is null where no global hooks apply.
   BackwardHook(M& module, std::shared_ptr<M> keep_alive, const ModuleHooks<M>* global,
                const ModuleHooks<M>* local)
       : module_(&module),

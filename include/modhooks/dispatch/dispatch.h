@@ -24,7 +24,7 @@ namespace detail {
 template <class M>
 class Dispatch {
  public:
-  /// `global` is null for module kinds without global hooks.
+  /// `global` is null where no global hooks apply.
   Dispatch(const ModuleHooks<M>* global, std::shared_ptr<ModuleHooks<M>> local)
       : global_(global),
         local_(std::move(local)),

@@ -21,8 +21,9 @@ c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue>
 /// inputs and outputs, with the same semantics as for nn modules; returns what `forward` returns.
 /// Hooks on submodules fire inside, where the model's code calls them (see `instrument`), also
 /// when the model runs through `forward` directly. Global hooks whose callable takes a
-/// `torch::jit::Module&` (or `auto&`) apply here too. An error a hook raised inside the model is
-/// rethrown as the `modhooks::Error` it was (libtorch's interpreter turns it into its own error).
+/// `torch::jit::Module&` (or `auto&`) apply here too. A `modhooks::Error` raised inside the
+/// model (a bad replacement) is rethrown as itself, although libtorch's interpreter had turned
+/// it into an error of its own.
 ///
 /// **Example**:
 /// \code

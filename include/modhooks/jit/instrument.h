@@ -12,9 +12,9 @@ namespace modhooks {
 /// `name` ("block.0"); `""` is `root` itself. The result is a handle to the same object, so
 /// hooks registered on it fire wherever the model calls that submodule.
 ///
-/// Throws `modhooks::Error` with Python's text ("Net has no attribute `blokc`", "`fc.weight`
-/// is not an nn.Module"). A frozen or inference-optimized model keeps no submodules to call,
-/// and the message says so.
+/// Throws `modhooks::Error` with Python's text ("Net has no attribute `blokc`", "`weight` is
+/// not an nn.Module" for "fc.weight"). A frozen or inference-optimized model keeps no submodules to
+/// call, and the message says so.
 ///
 /// **Example**:
 /// \code
@@ -45,7 +45,7 @@ void instrument(const torch::jit::Module& root);
 /// Puts the original methods back, exactly the objects the model had before; `save` then
 /// writes the original code. Hooks stay registered but inner ones no longer fire, until the
 /// next registration on a submodule or `instrument`. Also happens by itself when the last hook
-/// on the model's submodules is removed.
+/// on the model's submodules is removed, unless `instrument` was called.
 ///
 /// **Example**:
 /// \code

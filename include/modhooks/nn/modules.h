@@ -13,8 +13,9 @@
 
 #include "modhooks/nn/holder.h"
 
-/// modhooks::nn mirrors every module holder of torch::nn (containers aside: they have no forward
-/// of their own, and modhooks::Sequential stands for torch::nn::Sequential). Each holder takes the
+/// modhooks::nn mirrors every module holder of torch::nn except the containers (no forward of
+/// their own; modhooks::Sequential stands for torch::nn::Sequential) and Functional (a wrapper of
+/// a function, with no module of its own to hook). Each holder takes the
 /// same constructors and options as libtorch's and differs only in that `holder(args...)` fires
 /// the module's hooks. tests/nn_modules_test.cpp compares this list with libtorch's headers.
 

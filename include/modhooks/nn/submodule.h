@@ -15,7 +15,7 @@ std::shared_ptr<torch::nn::Module> submodule(torch::nn::Module& root, const std:
 }  // namespace detail
 
 /// Python's `Module.get_submodule`: the submodule at the dotted path `name` ("encoder.layers.3");
-/// `""` is `root` itself (which must then be owned by a shared_ptr, as holders are). Throws
+/// `""` is `root` itself. `root` must be owned by a shared_ptr, as holders are. Throws
 /// `modhooks::Error` with Python's text ("Net has no attribute `blokc`", "`weight` is not an
 /// nn.Module").
 ///
