@@ -6,11 +6,11 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -29,19 +29,35 @@ using nlohmann::json;
 /// The holders libtorch's headers declare: every `TORCH_MODULE(Name)` and every hand-written
 /// `class Name : public torch::nn::ModuleHolder<...>` outside comments.
 std::set<std::string> libtorch_holders() {
-  const std::regex macro(R"(TORCH_MODULE\((\w+)\))");
-  const std::regex by_hand(R"(class\s+(\w+)\s*:\s*public\s+torch::nn::ModuleHolder<)");
+  // Whitespace removed, the two forms read "TORCH_MODULE(Name)" and
+  // "className:publictorch::nn::ModuleHolder<". (No std::regex: GCC 12 reports false
+  // uninitialised uses inside it under the sanitizers.)
+  auto identifier = [](const std::string& text) {
+    return !text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) {
+      return std::isalnum(c) != 0 || c == '_';
+    });
+  };
   std::set<std::string> names;
   for (const auto& entry :
        std::filesystem::recursive_directory_iterator(MODHOOKS_TORCH_NN_MODULES_DIR)) {
     if (entry.path().extension() != ".h") continue;
     std::ifstream file(entry.path());
     for (std::string line; std::getline(file, line);) {
-      const auto code = line.find_first_not_of(" \t");
-      if (code == std::string::npos || line.compare(code, 2, "//") == 0) continue;
-      std::smatch match;
-      if (std::regex_search(line, match, macro) || std::regex_search(line, match, by_hand)) {
-        names.insert(match[1]);
+      line.erase(std::remove_if(line.begin(), line.end(),
+                                [](unsigned char c) { return std::isspace(c) != 0; }),
+                 line.end());
+      if (line.compare(0, 2, "//") == 0) continue;
+      const std::string macro = "TORCH_MODULE(";
+      const std::string holder = ":publictorch::nn::ModuleHolder<";
+      if (const auto at = line.find(macro); at != std::string::npos) {
+        const auto begin = at + macro.size();
+        const auto end = line.find(')', begin);
+        if (end != std::string::npos && identifier(line.substr(begin, end - begin))) {
+          names.insert(line.substr(begin, end - begin));
+        }
+      } else if (const auto colon = line.find(holder);
+                 colon != std::string::npos && line.compare(0, 5, "class") == 0) {
+        if (identifier(line.substr(5, colon - 5))) names.insert(line.substr(5, colon - 5));
       }
     }
   }
