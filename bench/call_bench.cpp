@@ -28,37 +28,32 @@ using modhooks_bench::paired;
 
 constexpr int kBatch = 64;  // calls per timed batch of the microsecond-sized cases
 
-/// Linear(16,16) on one row: `forward` called directly vs through `call`, with `hooks` forward
-/// hooks (each counting its calls) registered on it.
-void linear16_call_vs_forward(benchmark::State& state, int hooks) {
-  torch::nn::Linear linear(16, 16);
+/// `module` on one row: `forward` called directly vs through `call`, in batches of `kBatch`.
+template <class Holder>
+void call_vs_forward(benchmark::State& state, Holder& module) {
   auto x = at::randn({1, 16});
+  paired(
+      state, kBatch,
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(module->forward(x));
+      },
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(module, x));
+      });
+}
+
+/// `module` with `hooks` forward hooks of its own (each counting its calls).
+template <class Holder>
+void with_forward_hooks(benchmark::State& state, Holder module, int hooks) {
   int64_t seen = 0;
   std::vector<modhooks::ScopedHandle> handles;
   for (int i = 0; i < hooks; ++i) {
     handles.emplace_back(modhooks::register_forward_hook(
-        linear, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++seen; }));
+        module, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++seen; }));
   }
-  paired(
-      state, kBatch,
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(linear->forward(x));
-      },
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(linear, x));
-      });
+  call_vs_forward(state, module);
   benchmark::DoNotOptimize(seen);
 }
-
-void BM_Linear16_CallNoHooks_vs_Forward(benchmark::State& state) {
-  linear16_call_vs_forward(state, 0);
-}
-BENCHMARK(BM_Linear16_CallNoHooks_vs_Forward);
-
-void BM_Linear16_CallTwoForwardHooks_vs_Forward(benchmark::State& state) {
-  linear16_call_vs_forward(state, 2);
-}
-BENCHMARK(BM_Linear16_CallTwoForwardHooks_vs_Forward);
 
 /// `module` without hooks of its own while 100 other modules have a forward hook each: `call`
 /// leaves its fast path, and the filter of hooked modules must send it on to `forward`.
@@ -71,46 +66,33 @@ void unhooked_while_others_hooked(benchmark::State& state, Holder module) {
     handles.emplace_back(modhooks::register_forward_hook(
         others.back(), [](torch::nn::Module&, const IValues&, const c10::IValue&) {}));
   }
-  auto x = at::randn({1, 16});
-  paired(
-      state, kBatch,
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(module->forward(x));
-      },
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(module, x));
-      });
+  call_vs_forward(state, module);
 }
+
+void BM_Linear16_CallNoHooks_vs_Forward(benchmark::State& state) {
+  with_forward_hooks(state, torch::nn::Linear(16, 16), 0);
+}
+BENCHMARK(BM_Linear16_CallNoHooks_vs_Forward);
+
+void BM_Linear16_CallTwoForwardHooks_vs_Forward(benchmark::State& state) {
+  with_forward_hooks(state, torch::nn::Linear(16, 16), 2);
+}
+BENCHMARK(BM_Linear16_CallTwoForwardHooks_vs_Forward);
 
 void BM_Linear16_CallUnhookedWhileOthersHooked_vs_Forward(benchmark::State& state) {
   unhooked_while_others_hooked(state, torch::nn::Linear(16, 16));
 }
 BENCHMARK(BM_Linear16_CallUnhookedWhileOthersHooked_vs_Forward);
 
-/// The same on `Identity`, whose forward costs a few nanoseconds, so that what `call` adds is not
-/// lost in the noise of a real layer.
+/// The same two cases on `Identity`, whose forward costs a few nanoseconds, so that what `call`
+/// adds is not lost in the noise of a real layer.
 void BM_Identity_CallUnhookedWhileOthersHooked_vs_Forward(benchmark::State& state) {
   unhooked_while_others_hooked(state, torch::nn::Identity());
 }
 BENCHMARK(BM_Identity_CallUnhookedWhileOthersHooked_vs_Forward);
 
-/// Two no-op forward hooks on `Identity`: what the hooked path itself costs.
 void BM_Identity_CallTwoForwardHooks_vs_Forward(benchmark::State& state) {
-  torch::nn::Identity identity;
-  std::vector<modhooks::ScopedHandle> handles;
-  for (int i = 0; i < 2; ++i) {
-    handles.emplace_back(modhooks::register_forward_hook(
-        identity, [](torch::nn::Module&, const IValues&, const c10::IValue&) {}));
-  }
-  auto x = at::randn({1, 16});
-  paired(
-      state, kBatch,
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(identity->forward(x));
-      },
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(identity, x));
-      });
+  with_forward_hooks(state, torch::nn::Identity(), 2);
 }
 BENCHMARK(BM_Identity_CallTwoForwardHooks_vs_Forward);
 
