@@ -64,9 +64,9 @@ TEST(Call, HooksSeeAndReplaceNonTensorArguments) {
   ScopedHandle post(modhooks::register_forward_hook(
       m, [](torch::nn::Module&, const IValues& args, const c10::IValue& out) {
         EXPECT_EQ(args[2].toInt(), 7);
-        auto elements = out.toTuple()->elements();
-        return c10::IValue(
-            c10::ivalue::Tuple::create({elements[0], c10::IValue(elements[1].toInt() * 10)}));
+        const auto& tuple = out.toTupleRef();
+        return c10::IValue(c10::ivalue::Tuple::create(
+            {tuple.elements().at(0), c10::IValue(tuple.elements().at(1).toInt() * 10)}));
       }));
   auto x = at::ones({2});
   auto [y, n] = modhooks::call(m, x, 2.0, int64_t{7}, std::string("tag"));

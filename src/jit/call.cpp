@@ -106,7 +106,7 @@ void HookedCall::enter(std::vector<c10::IValue>& args) {
   if (dispatch_.has_backward_hooks()) {
     // The backward hooks run after this call is gone: they get a handle of their own.
     auto handle = std::make_shared<torch::jit::Module>(module_);
-    backward_hook_ = dispatch_.backward_hook(*handle, handle);
+    backward_hook_ = dispatch_.backward_hook(*handle, [&] { return handle; });
   }
   try {
     if (dispatch_.run_pre_hooks(module_, args)) check_args(*site_, module_, args);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "modhooks/core/handle.h"
+#include "modhooks/core/spin_lock.h"
 
 namespace modhooks {
 namespace detail {
@@ -71,8 +72,8 @@ class FilterObserver : public HookObserver {
 
 /// An ordered list of hooks of one kind on one module (or the global list of that kind).
 ///
-/// Copy-on-write: registration and removal (rare) take the lock, copy the vector, edit it and
-/// publish the copy; dispatch takes a snapshot (one shared_ptr copy) and iterates it. A hook may
+/// Copy-on-write: registration and removal (rare) copy the vector, edit the copy and swap it in;
+/// dispatch takes a snapshot (one shared_ptr copy under a spin lock) and iterates it. A hook may
 /// therefore remove itself or others while running, and registration is safe while autograd
 /// threads run backward hooks. Most lists of a hooked module are empty: their snapshot is null
 /// and costs one atomic load, no lock.
@@ -103,14 +104,13 @@ class HookList final : public HookTableBase {
   std::uint64_t add(Hook hook, bool prepend = false, std::uint64_t id = 0) {
     if (id == 0) id = next_hook_id.fetch_add(1);
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> writing(write_mutex_);
       auto next = std::make_shared<Entries>();
       next->reserve(entries_->size() + 1);
       if (prepend) next->push_back(Entry{id, std::move(hook)});
       next->insert(next->end(), entries_->begin(), entries_->end());
       if (!prepend) next->push_back(Entry{id, std::move(hook)});
-      entries_ = std::move(next);
-      size_.store(entries_->size(), std::memory_order_release);
+      publish(std::move(next));
       if (counter_) counter_->fetch_add(1);
     }
     if (observer_) observer_->hooks_changed(1);
@@ -119,7 +119,7 @@ class HookList final : public HookTableBase {
 
   void remove(std::uint64_t id) noexcept override {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<std::mutex> writing(write_mutex_);
       auto pos = std::find_if(entries_->begin(), entries_->end(),
                               [id](const Entry& e) { return e.id == id; });
       if (pos == entries_->end()) return;
@@ -127,8 +127,7 @@ class HookList final : public HookTableBase {
       next->reserve(entries_->size() - 1);
       next->insert(next->end(), entries_->begin(), pos);
       next->insert(next->end(), std::next(pos), entries_->end());
-      entries_ = std::move(next);
-      size_.store(entries_->size(), std::memory_order_release);
+      publish(std::move(next));
       if (counter_) counter_->fetch_sub(1);
     }
     if (observer_) observer_->hooks_changed(-1);
@@ -138,7 +137,7 @@ class HookList final : public HookTableBase {
   /// not affect it.
   Snapshot snapshot() const {
     if (empty()) return nullptr;
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(lock_);
     return entries_;
   }
 
@@ -155,7 +154,18 @@ class HookList final : public HookTableBase {
   bool empty() const { return size() == 0; }
 
  private:
-  mutable std::mutex mutex_;
+  /// Swaps in the edited copy; the old one dies after the lock (its hooks' destructors may
+  /// re-enter modhooks), unless a snapshot still holds it.
+  void publish(Snapshot next) {
+    {
+      std::lock_guard<SpinLock> lock(lock_);
+      entries_.swap(next);
+    }
+    size_.store(entries_->size(), std::memory_order_release);
+  }
+
+  std::mutex write_mutex_;  // one editor at a time, so that the copy is made outside `lock_`
+  mutable SpinLock lock_;   // guards the pointer `entries_` between editors and snapshots
   Snapshot entries_ = std::make_shared<const Entries>();
   std::atomic<std::size_t> size_{0};
   std::atomic<std::int64_t>* counter_;

@@ -2,14 +2,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "modhooks/core/spin_lock.h"
 
 namespace modhooks {
 namespace detail {
@@ -20,6 +21,9 @@ namespace detail {
 /// liveness test (a weak reference to the module) so that an entry whose module died is never
 /// handed to a new module that reuses the address; dead entries are dropped when seen and swept
 /// as the table grows, which also frees their hooks.
+///
+/// Every hooked call looks its module up here, so the map is a flat open-addressing table with a
+/// multiplicative hash (no division, no node to chase) behind a spin lock.
 template <class Hooks>
 class ModuleTable {
  public:
@@ -28,12 +32,13 @@ class ModuleTable {
   /// The live module's tables, or null when it has none.
   std::shared_ptr<Hooks> find(const void* key) {
     std::shared_ptr<Hooks> dead;  // destroyed after the lock: hooks' destructors may re-enter
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = slots_.find(key);
-    if (it == slots_.end()) return nullptr;
-    if (it->second.alive()) return it->second.hooks;
-    dead = std::move(it->second.hooks);
-    slots_.erase(it);
+    std::lock_guard<SpinLock> lock(lock_);
+    const std::size_t at = position(key);
+    if (at == kNone) return nullptr;
+    Slot& slot = slots_[at];
+    if (slot.alive()) return slot.hooks;
+    dead = std::move(slot.hooks);
+    erase(at);
     return nullptr;
   }
 
@@ -41,25 +46,29 @@ class ModuleTable {
   /// module is still the one at `key`.
   template <class Make>
   std::shared_ptr<Hooks> get_or_create(const void* key, Alive alive, Make&& make) {
-    std::vector<std::shared_ptr<Hooks>> dead;
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (slots_.size() >= sweep_at_) {
-      for (auto it = slots_.begin(); it != slots_.end();) {
-        if (it->second.alive()) {
-          ++it;
-        } else {
-          dead.push_back(std::move(it->second.hooks));
-          it = slots_.erase(it);
-        }
+    std::vector<Slot> old;  // dead entries and the old array die after the lock
+    std::lock_guard<SpinLock> lock(lock_);
+    if (size_ + 1 > slots_.size() / 2) {
+      // Full enough to sweep: keep the live entries, in an array twice their number or more.
+      old.swap(slots_);
+      std::size_t live = 0;
+      for (const Slot& slot : old) live += slot.key && slot.alive();
+      std::size_t capacity = kMinCapacity;
+      while (capacity < 4 * (live + 1)) capacity *= 2;
+      slots_.resize(capacity);
+      size_ = 0;
+      for (Slot& slot : old) {
+        if (slot.key && slot.alive()) place(std::move(slot));
       }
-      sweep_at_ = std::max<std::size_t>(kMinSweep, 2 * slots_.size());
     }
-    auto& slot = slots_[key];
-    if (!slot.hooks || !slot.alive()) {
-      dead.push_back(std::move(slot.hooks));
-      slot = Slot{std::move(alive), make()};
+    std::size_t at = position(key);
+    if (at != kNone && !slots_[at].alive()) {
+      old.push_back(std::move(slots_[at]));
+      erase(at);
+      at = kNone;
     }
-    return slot.hooks;
+    if (at == kNone) at = place(Slot{key, std::move(alive), make()});
+    return slots_[at].hooks;
   }
 
   std::shared_ptr<Hooks> get_or_create(const void* key, Alive alive) {
@@ -67,19 +76,62 @@ class ModuleTable {
   }
 
   std::size_t size() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return slots_.size();
+    std::lock_guard<SpinLock> lock(lock_);
+    return size_;
   }
 
  private:
-  static constexpr std::size_t kMinSweep = 64;
+  static constexpr std::size_t kMinCapacity = 64;
+  static constexpr std::size_t kNone = ~std::size_t{0};
   struct Slot {
+    const void* key = nullptr;  // null: free
     Alive alive;
     std::shared_ptr<Hooks> hooks;
   };
-  std::mutex mutex_;
-  std::unordered_map<const void*, Slot> slots_;
-  std::size_t sweep_at_ = kMinSweep;
+
+  std::size_t home(const void* key) const noexcept {
+    const auto x = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(key));
+    return static_cast<std::size_t>((x * 0x9E3779B97F4A7C15ull) >> 32) & (slots_.size() - 1);
+  }
+
+  /// Where `key` is, or kNone.
+  std::size_t position(const void* key) const noexcept {
+    if (slots_.empty()) return kNone;
+    for (std::size_t at = home(key);; at = (at + 1) & (slots_.size() - 1)) {
+      if (slots_[at].key == key) return at;
+      if (!slots_[at].key) return kNone;
+    }
+  }
+
+  /// Puts `slot` (whose key is absent) at the first free place of its probe sequence.
+  std::size_t place(Slot slot) {
+    std::size_t at = home(slot.key);
+    while (slots_[at].key) at = (at + 1) & (slots_.size() - 1);
+    slots_[at] = std::move(slot);
+    ++size_;
+    return at;
+  }
+
+  /// Empties the place `at` (already moved from) and shifts later entries of the same probe run
+  /// back, so that every lookup still finds its key before the first free place.
+  void erase(std::size_t at) {
+    const std::size_t mask = slots_.size() - 1;
+    slots_[at] = Slot{};
+    --size_;
+    for (std::size_t next = (at + 1) & mask; slots_[next].key; next = (next + 1) & mask) {
+      const std::size_t want = home(slots_[next].key);
+      // Move `next` back into the hole unless its home lies cyclically in (at, next].
+      const bool stays = at <= next ? (at < want && want <= next) : (at < want || want <= next);
+      if (stays) continue;
+      slots_[at] = std::move(slots_[next]);
+      slots_[next] = Slot{};
+      at = next;
+    }
+  }
+
+  SpinLock lock_;
+  std::vector<Slot> slots_;
+  std::size_t size_ = 0;
 };
 
 /// The process's one table of `Hooks` entries (one per module kind and layer).

@@ -42,10 +42,12 @@ class Dispatch {
   bool empty() const { return !has_pre_hooks() && !has_forward_hooks() && !has_backward_hooks(); }
 
   /// The full-backward wiring of this call, or null when no backward hook exists.
-  c10::intrusive_ptr<BackwardHookBase> backward_hook(M& module, std::shared_ptr<M> keep_alive) {
+  /// `keep_alive()` gives what keeps the module alive for the backward pass; it is asked only
+  /// when a backward hook exists (taking a shared_ptr costs a hooked call atomic operations).
+  template <class KeepAlive>
+  c10::intrusive_ptr<BackwardHookBase> backward_hook(M& module, KeepAlive&& keep_alive) {
     if (!has_backward_hooks()) return {};
-    return c10::make_intrusive<BackwardHook<M>>(module, std::move(keep_alive), global_,
-                                                local_.get());
+    return c10::make_intrusive<BackwardHook<M>>(module, keep_alive(), global_, local_.get());
   }
 
   /// Global, then the module's pre-hooks; each sees the args the previous one left. Returns

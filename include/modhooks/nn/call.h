@@ -39,31 +39,27 @@ void unbox_replacement(const char* hook, const torch::nn::Module& module, F&& un
   }
 }
 
-/// `call` when some hook exists somewhere: Python's `_call_impl` for a typed `forward`.
-template <class T, class... Args>
-C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
-    -> decltype(module.forward(std::forward<Args>(args)...)) {
-  using R = decltype(module.forward(std::forward<Args>(args)...));
+/// Python's `_call_impl` around `module.forward`, on the arguments in `values`: pre-hooks, the
+/// backward wiring, forward, forward hooks; always-call hooks when any of them throws. With
+/// `kOwned` false, `values` refers to the caller's arguments, and the dispatch has neither
+/// pre-hooks nor backward hooks (which would edit them).
+template <class R, bool kOwned, class T, class Values>
+R run_hooked(T& module, Dispatch<torch::nn::Module>& dispatch,
+             const c10::intrusive_ptr<BackwardHookBase>& backward_hook, Values& values) {
   torch::nn::Module& base = module;
-  auto local = find_hooks(module);
-  const NnHooks* global = global_hooks<torch::nn::Module>().get();
-  if (!local && global->empty()) return module.forward(std::forward<Args>(args)...);
-  Dispatch<torch::nn::Module> dispatch(global, std::move(local));
-  if (dispatch.empty()) return module.forward(std::forward<Args>(args)...);
-
-  auto backward_hook = dispatch.backward_hook(base, base.weak_from_this().lock());
-  std::tuple<std::decay_t<Args>...> values(std::forward<Args>(args)...);
   std::vector<c10::IValue> boxed;  // what the hooks see as `args`
   std::optional<R> result;
   c10::IValue output;
   try {
-    if (dispatch.has_pre_hooks()) {
-      boxed = box_all(values);
-      if (dispatch.run_pre_hooks(base, boxed)) {
-        unbox_replacement("forward pre-hook", base, [&] { unbox_all(boxed, values); });
+    if constexpr (kOwned) {
+      if (dispatch.has_pre_hooks()) {
+        boxed = box_all(values);
+        if (dispatch.run_pre_hooks(base, boxed)) {
+          unbox_replacement("forward pre-hook", base, [&] { unbox_all(boxed, values); });
+        }
       }
+      if (backward_hook) wrap_tuple(*backward_hook, values, /*output_side=*/false);
     }
-    if (backward_hook) wrap_tuple(*backward_hook, values, /*output_side=*/false);
     result.emplace(std::apply([&](auto&... a) -> R { return module.forward(a...); }, values));
     if (dispatch.has_forward_hooks()) {
       boxed = box_all(values);  // hooks see the args forward received, views included
@@ -79,6 +75,34 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
     throw;
   }
   return std::move(*result);
+}
+
+/// `call` when some hook exists somewhere.
+template <class T, class... Args>
+C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
+    -> decltype(module.forward(std::forward<Args>(args)...)) {
+  using R = decltype(module.forward(std::forward<Args>(args)...));
+  torch::nn::Module& base = module;
+  auto local = find_hooks(module);
+  const NnHooks* global =
+      global_hooks_active<torch::nn::Module>.load(std::memory_order_relaxed) != 0
+          ? global_hooks<torch::nn::Module>().get()
+          : nullptr;
+  if (!local && !global) return module.forward(std::forward<Args>(args)...);
+  Dispatch<torch::nn::Module> dispatch(global, std::move(local));
+  if (dispatch.empty()) return module.forward(std::forward<Args>(args)...);
+
+  auto backward_hook = dispatch.backward_hook(base, [&] { return base.weak_from_this().lock(); });
+  if (dispatch.has_pre_hooks() || backward_hook) {
+    // Pre-hooks may replace the arguments and the backward wiring wraps them: forward gets
+    // copies, the caller's variables stay as they were.
+    std::tuple<std::decay_t<Args>...> values(std::forward<Args>(args)...);
+    return run_hooked<R, true>(module, dispatch, backward_hook, values);
+  }
+  // Forward hooks only: forward and the hooks see the caller's arguments themselves, and no
+  // reference count moves for a copy.
+  std::tuple<std::remove_reference_t<Args>&...> values(args...);
+  return run_hooked<R, false>(module, dispatch, backward_hook, values);
 }
 
 }  // namespace detail
