@@ -468,6 +468,50 @@ TEST(CheckpointHostile, RefusesZipSizesBeyondTheFile) {
   EXPECT_NE(message.find("zip64 extra field"), std::string::npos) << message;
 }
 
+std::uint64_t get_le(const std::string& bytes, std::size_t at, int n) {
+  std::uint64_t value = 0;
+  for (int i = n - 1; i >= 0; --i) value = value << 8 | static_cast<unsigned char>(bytes[at + i]);
+  return value;
+}
+
+void put_le(std::string& bytes, std::size_t at, std::uint64_t value, int n) {
+  for (int i = 0; i < n; ++i) bytes[at + i] = static_cast<char>(value >> (8 * i));
+}
+
+TEST(CheckpointHostile, RefusesASecondDirectoryBehindTheZip64Record) {
+  // torch.save ends its archives with a zip64 end record, its locator and the classic end
+  // record. miniz reads the zip64 record; here it points to a second copy of the directory
+  // while the classic record still points to the first, so a check that reads only the classic
+  // record validates a directory libtorch never reads.
+  const std::string original = read_file(fixture("mlp.pt"));
+  const std::size_t end = original.size() - 22;
+  const std::size_t end64 = end - 20 - 56;
+  ASSERT_EQ(get_le(original, end64, 4), 0x06064b50u);
+  const std::size_t dir = get_le(original, end64 + 48, 8);
+  const std::size_t dir_size = get_le(original, end64 + 40, 8);
+  std::string forged =
+      original.substr(0, dir + dir_size) + original.substr(dir, dir_size) + original.substr(end64);
+  const std::size_t forged_end64 = dir + 2 * dir_size;
+  put_le(forged, forged_end64 + 48, dir + dir_size, 8);    // the zip64 record: the second copy
+  put_le(forged, forged_end64 + 56 + 8, forged_end64, 8);  // the locator: the moved record
+  std::string message =
+      message_of([&] { modhooks::detail::load_from_bytes(forged, CheckpointFormat::kTorchSave); });
+  EXPECT_NE(message.find("describe different central directories"), std::string::npos) << message;
+  // The locator must point at the zip64 record right before it.
+  std::string moved = original;
+  put_le(moved, end - 20 + 8, 0, 8);
+  message =
+      message_of([&] { modhooks::detail::load_from_bytes(moved, CheckpointFormat::kTorchSave); });
+  EXPECT_NE(message.find("zip64 end locator points to offset 0"), std::string::npos) << message;
+  // Bytes between the directory and the end records would be a place to hide a directory.
+  std::string gap = original.substr(0, end64) + "PK" + original.substr(end64);
+  put_le(gap, gap.size() - 22 - 20 + 8, end64 + 2, 8);
+  message =
+      message_of([&] { modhooks::detail::load_from_bytes(gap, CheckpointFormat::kTorchSave); });
+  EXPECT_NE(message.find("does not end where the zip end records begin"), std::string::npos)
+      << message;
+}
+
 TEST(CheckpointHostile, RefusesBadSafetensorsHeaders) {
   auto file = [](const std::string& header, std::size_t data) {
     std::string bytes(8, '\0');

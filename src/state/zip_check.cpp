@@ -50,6 +50,12 @@ struct Directory {
   std::uint64_t end_record;  // where the directory must end: the (zip64) end record
 };
 
+/// Finds the central directory as miniz (libtorch's and Python's zip reader) does: the last end
+/// record, and the zip64 end record when a zip64 locator precedes it, which torch.save always
+/// writes. miniz then takes every value from the zip64 record; modhooks requires the layout
+/// torch.save writes (zip64 record, locator and end record back to back, directory right before
+/// them, classic values equal to the zip64 ones or saturated), so that no other reading of the
+/// file (an older miniz, Python's zipfile) finds a different directory.
 Directory find_directory(const caffe2::serialize::ReadAdapterInterface& in) {
   const std::uint64_t file_size = in.size();
   if (file_size < kEndSize) {
@@ -65,33 +71,56 @@ Directory find_directory(const caffe2::serialize::ReadAdapterInterface& in) {
     if (at == 0) fail("not a zip archive: no zip end record found");
     --at;
   }
-  Directory dir{le(tail, at + 10, 2), le(tail, at + 12, 4), le(tail, at + 16, 4), tail_pos + at};
-  if (le(tail, at + 4, 2) != 0 && le(tail, at + 4, 2) != 0xFFFF) {
+  const std::uint64_t end = tail_pos + at;
+  if (le(tail, at + 4, 2) != 0 || le(tail, at + 6, 2) != 0 ||
+      le(tail, at + 8, 2) != le(tail, at + 10, 2)) {
     fail("multi-disk zip archives are not supported");
   }
-  if (dir.entries == 0xFFFF || dir.size == 0xFFFFFFFF || dir.offset == 0xFFFFFFFF) {
-    // zip64: the real values sit in the zip64 end record, found through its locator.
-    if (dir.end_record < kEnd64LocatorSize) fail("zip64 archive without a zip64 end locator");
-    Bytes locator =
-        read_block(in, dir.end_record - kEnd64LocatorSize, kEnd64LocatorSize, "zip64 end locator");
-    if (le(locator, 0, 4) != kEnd64LocatorSignature) {
+  Directory dir{le(tail, at + 10, 2), le(tail, at + 12, 4), le(tail, at + 16, 4), end};
+  Bytes locator;
+  if (end >= kEnd64LocatorSize) {
+    locator = read_block(in, end - kEnd64LocatorSize, kEnd64LocatorSize, "zip64 end locator");
+  }
+  if (locator.empty() || le(locator, 0, 4) != kEnd64LocatorSignature) {
+    if (dir.entries == 0xFFFF || dir.size == 0xFFFFFFFF || dir.offset == 0xFFFFFFFF) {
       fail("zip64 archive without a zip64 end locator");
     }
+  } else {
     const std::uint64_t end64 = le(locator, 8, 8);
-    if (end64 > dir.end_record - kEnd64LocatorSize ||
-        dir.end_record - kEnd64LocatorSize - end64 < kEnd64Size) {
-      fail("zip64 end record offset " + std::to_string(end64) + " is out of range");
+    if (end - kEnd64LocatorSize < kEnd64Size || end64 != end - kEnd64LocatorSize - kEnd64Size) {
+      fail("zip64 end locator points to offset " + std::to_string(end64) +
+           ", not to a zip64 end record right before it");
     }
     Bytes record = read_block(in, end64, kEnd64Size, "zip64 end record");
-    if (le(record, 0, 4) != kEnd64Signature) {
+    if (le(record, 0, 4) != kEnd64Signature || le(record, 4, 8) != kEnd64Size - 12) {
       fail("no zip64 end record at offset " + std::to_string(end64));
     }
-    dir = Directory{le(record, 32, 8), le(record, 40, 8), le(record, 48, 8), end64};
+    if (le(locator, 4, 4) != 0 || le(locator, 16, 4) != 1 || le(record, 16, 4) != 0 ||
+        le(record, 20, 4) != 0 || le(record, 24, 8) != le(record, 32, 8)) {
+      fail("multi-disk zip archives are not supported");
+    }
+    const Directory dir64{le(record, 32, 8), le(record, 40, 8), le(record, 48, 8), end64};
+    // Where the two records disagree, readers that stop at the classic one would read another
+    // directory than miniz does.
+    auto agrees = [](std::uint64_t classic, std::uint64_t zip64, std::uint64_t saturated) {
+      return classic == zip64 || (classic == saturated && zip64 >= saturated);
+    };
+    if (!agrees(dir.entries, dir64.entries, 0xFFFF) || !agrees(dir.size, dir64.size, 0xFFFFFFFF) ||
+        !agrees(dir.offset, dir64.offset, 0xFFFFFFFF)) {
+      fail("the zip end record (" + std::to_string(dir.entries) + " entries, " +
+           std::to_string(dir.size) + " bytes at offset " + std::to_string(dir.offset) +
+           ") and the zip64 end record (" + std::to_string(dir64.entries) + " entries, " +
+           std::to_string(dir64.size) + " bytes at offset " + std::to_string(dir64.offset) +
+           ") describe different central directories");
+    }
+    dir = dir64;
   }
   std::uint64_t dir_end = 0;
-  if (add_overflows(dir.offset, dir.size, &dir_end) || dir_end > dir.end_record) {
+  if (add_overflows(dir.offset, dir.size, &dir_end) || dir_end != dir.end_record) {
     fail("zip central directory (offset " + std::to_string(dir.offset) + ", " +
-         std::to_string(dir.size) + " bytes) does not end before the zip end record at offset " +
+         std::to_string(dir.size) +
+         " bytes) does not end where the zip end records begin, at "
+         "offset " +
          std::to_string(dir.end_record));
   }
   if (dir.entries > dir.size / kCentralSize) {
@@ -264,6 +293,10 @@ void check_zip_layout(const caffe2::serialize::ReadAdapterInterface& in) {
     spans.push_back(Span{local, data_end, std::move(name), data,
                          static_cast<std::uint32_t>(le(cd, at + 16, 4))});
     at += kCentralSize + name_size + extra_size + comment_size;
+  }
+  if (at != cd.size()) {
+    fail("zip central directory has " + std::to_string(cd.size() - at) +
+         " bytes after its last entry");
   }
   if (spans.empty()) fail("the zip archive is empty");
   const std::string first_name = spans.front().name;
