@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what modhooks builds and tests with, where missing; safe to run again.
 #   - Debian packages: compiler, CMake, fmt, GoogleTest, Google Benchmark, nlohmann-json, ccache,
-#     and Debian's libtorch 1.13 (the oldest libtorch modhooks supports; used by .ci/run)
+#     and Debian's libtorch 1.13 (the oldest libtorch modhooks supports; used by .ci/run), clang
+#     with libFuzzer (scripts/fuzz.sh)
 #   - .venv/: the pinned PyPI torch, whose libtorch is the default build target and whose Python
 #     is the oracle of the differential tests, plus safetensors and numpy
 # Source it to get MODHOOKS_TORCH_PREFIX, MODHOOKS_PYTHON and the ccache settings.
@@ -10,7 +11,7 @@ MODHOOKS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODHOOKS_TORCH_VERSION=2.15.0
 
 packages=(build-essential cmake ninja-build ccache libfmt-dev googletest libgtest-dev
-  libbenchmark-dev nlohmann-json3-dev libtorch-dev python3-venv clang-format rsync)
+  libbenchmark-dev nlohmann-json3-dev libtorch-dev python3-venv clang clang-format rsync)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,0 +1,64 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "modhooks/state/detail/checkpoint_bytes.h"
+#include "modhooks/state/state_dict.h"
+
+namespace modhooks_fuzz {
+
+/// A broken invariant is a finding like a crash: libFuzzer saves the input on abort.
+[[noreturn]] inline void violated(const std::string& what) {
+  std::fprintf(stderr, "modhooks fuzz invariant violated: %s\n", what.c_str());
+  std::abort();
+}
+
+/// Same dtype, sizes and bytes: NaNs and -0.0 compare by their bits, as a file stores them.
+inline bool identical(const at::Tensor& a, const at::Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  if (!a.defined()) return true;
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
+  const at::Tensor ca = a.contiguous();
+  const at::Tensor cb = b.contiguous();
+  return ca.nbytes() == 0 || std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+/// Bytes a loaded state dict's tensors take once made contiguous. A view may stretch a small
+/// storage with zero strides, so this can exceed the file; the round trip skips such dicts
+/// rather than let the fuzzer's own copies run out of memory.
+inline std::uint64_t dense_bytes(const modhooks::StateDict& sd) {
+  std::uint64_t total = 0;
+  for (const auto& [key, tensor] : sd) total += tensor.numel() * tensor.element_size();
+  return total;
+}
+
+/// What a loader accepted, the writer of the same format must write and the loader read back
+/// unchanged: keys in order, tensors bit for bit, and `_metadata` for torch.save files.
+inline void check_round_trip(const modhooks::StateDict& sd,
+                             modhooks::detail::CheckpointFormat format) {
+  constexpr std::uint64_t kMaxDenseBytes = 1 << 24;
+  if (dense_bytes(sd) > kMaxDenseBytes) return;
+  const std::string bytes = modhooks::detail::save_to_bytes(sd, format);
+  const modhooks::StateDict back = modhooks::detail::load_from_bytes(bytes, format);
+  if (back.size() != sd.size()) violated("round trip changed the number of entries");
+  auto it = back.begin();
+  for (const auto& [key, tensor] : sd) {
+    if (it->first != key) violated("round trip reordered or renamed '" + key + "'");
+    if (!identical(it->second, tensor)) violated("round trip changed the tensor of '" + key + "'");
+    ++it;
+  }
+  if (format == modhooks::detail::CheckpointFormat::kTorchSave &&
+      back.metadata().size() != sd.metadata().size()) {
+    violated("round trip changed _metadata");
+  }
+}
+
+}  // namespace modhooks_fuzz

@@ -1,0 +1,46 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+//
+// The unpickler alone, on a bare data.pkl: the zip around it in a torch.save file costs the
+// fuzzer most mutations before one reaches the pickle, so here every byte is pickle.
+#include <c10/core/CPUAllocator.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "fuzz_check.h"
+#include "modhooks/core/error.h"
+#include "unpickler.h"
+
+namespace {
+
+/// Stands in for the archive's records: any storage up to a bound exists, filled with a
+/// pattern; a larger one is missing, as a record the zip does not hold would be.
+c10::Storage fake_record(const std::string& key, c10::ScalarType dtype, std::uint64_t numel) {
+  constexpr std::uint64_t kMaxRecordBytes = 1 << 16;
+  std::uint64_t nbytes = 0;
+  if (__builtin_mul_overflow(numel, c10::elementSize(dtype), &nbytes) || nbytes > kMaxRecordBytes) {
+    modhooks::detail::fail("no record data/" + key);
+  }
+  c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<std::int64_t>(nbytes),
+                       c10::GetCPUAllocator(), /*resizable=*/false);
+  if (nbytes != 0) std::memset(storage.mutable_data(), 0x5a, nbytes);
+  return storage;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  modhooks::StateDict sd;
+  try {
+    sd = modhooks::detail::unpickle_state_dict(
+        std::string_view(reinterpret_cast<const char*>(data), size), fake_record);
+  } catch (const modhooks::Error&) {
+    return 0;  // rejected, as hostile input should be; any other exception escapes and aborts
+  }
+  modhooks_fuzz::check_round_trip(sd, modhooks::detail::CheckpointFormat::kTorchSave);
+  return 0;
+}
