@@ -5,11 +5,18 @@
 
 #include <gtest/gtest.h>
 #include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/instancenorm.h>
+#include <torch/nn/modules/normalization.h>
 
+#include <functional>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "modhooks/state/detail/traversal.h"
 #include "nets.h"
 #include "test_util.h"
 
@@ -44,7 +51,7 @@ TEST(StateDictTraversal, PythonKeysOrderAndMetadata) {
   EXPECT_FALSE(sd.at("linear1.weight").requires_grad());  // detached
   EXPECT_EQ(sd.at("linear1.weight").data_ptr(), net->linear1->weight.data_ptr());
   EXPECT_EQ(sd.metadata().keys(), (Strings{"", "linear1", "linear2", "bn", "block", "block.0"}));
-  EXPECT_EQ(sd.metadata().at("bn").at("version"), 1);
+  EXPECT_EQ(sd.metadata().at("bn").at("version"), 2);  // BatchNorm's _version, as in Python
   auto kept = modhooks::state_dict(net, "", /*keep_vars=*/true);
   EXPECT_TRUE(kept.at("linear1.weight").requires_grad());
 }
@@ -149,7 +156,9 @@ TEST(LoadStateDict, PartialNonStrictLoadLeavesTheRestAlone) {
   auto keys = modhooks::load_state_dict(net, sd, /*strict=*/false);
   EXPECT_TRUE(net->linear1->weight.eq(0).all().item<bool>());
   EXPECT_TRUE(at::equal(net->linear1->bias, original_bias));
-  EXPECT_EQ(keys.missing_keys.size(), 10u);
+  // bn's num_batches_tracked is not missing: a dict without metadata is a version-1 dict, and
+  // BatchNorm's upgrade supplies the module's own counter, as in Python.
+  EXPECT_EQ(keys.missing_keys.size(), 9u);
 }
 
 TEST(LoadStateDict, DtypeConversionAndTheZeroDimRule) {
@@ -308,3 +317,328 @@ TEST(LoadStateDictHooks, OrderIsPreLoadPostAndPostHooksSeeAccumulatedKeys) {
 }
 
 }  // namespace
+
+// ---- issue: every promise holds (all-or-nothing, meta devices, versions, error texts) ----
+
+namespace {
+
+at::Tensor bytes_of(const at::Tensor& t) { return t.reshape({-1}).contiguous().view(at::kByte); }
+
+/// Every tensor of `net`'s state dict: its object, storage and a copy of its values.
+struct Snapshot {
+  explicit Snapshot(torch::nn::Module& net) {
+    for (const auto& [key, t] : modhooks::state_dict(net, "", /*keep_vars=*/true)) {
+      keys.push_back(key);
+      tensors.push_back(t);
+      data.push_back(t.data_ptr());
+      values.push_back(t.clone());
+    }
+  }
+  /// Whether `net` holds exactly what it held when the snapshot was taken, bit for bit.
+  void expect_unchanged(torch::nn::Module& net, const std::string& when) const {
+    std::size_t i = 0;
+    for (const auto& [key, t] : modhooks::state_dict(net, "", /*keep_vars=*/true)) {
+      ASSERT_LT(i, keys.size());
+      EXPECT_EQ(key, keys[i]) << when;
+      EXPECT_TRUE(t.is_same(tensors[i])) << key << " replaced " << when;
+      EXPECT_EQ(t.data_ptr(), data[i]) << key << " moved " << when;
+      EXPECT_EQ(t.scalar_type(), values[i].scalar_type()) << key << " " << when;
+      EXPECT_TRUE(at::equal(bytes_of(t), bytes_of(values[i]))) << key << " changed " << when;
+      ++i;
+    }
+    EXPECT_EQ(i, keys.size()) << when;
+  }
+  std::vector<std::string> keys;
+  std::vector<at::Tensor> tensors, values;
+  std::vector<void*> data;
+};
+
+/// Makes copy number `k` of the loads in its scope fail.
+struct FailCopy {
+  explicit FailCopy(std::size_t k) {
+    modhooks::detail::load_copy_fault = [k](std::size_t i) {
+      if (i == k) throw std::runtime_error("injected failure");
+    };
+  }
+  ~FailCopy() { modhooks::detail::load_copy_fault = nullptr; }
+};
+
+StateDict random_state_of(torch::nn::Module& like) {
+  StateDict sd = modhooks::state_dict(like);
+  for (const auto& key : sd.keys()) {
+    const at::Tensor t = sd.at(key);
+    sd.insert_or_assign(key, t.is_floating_point() ? at::randn_like(t) : t + 3);
+  }
+  return sd;
+}
+
+struct ExpandedStatsImpl : torch::nn::Module {
+  ExpandedStatsImpl() { stats = register_buffer("stats", at::zeros({1}).expand({4})); }
+  at::Tensor stats;
+};
+TORCH_MODULE(ExpandedStats);
+
+struct LinearThenStatsImpl : torch::nn::Module {
+  LinearThenStatsImpl() {
+    register_module("linear", torch::nn::Linear(3, 3));
+    register_module("expanded", ExpandedStats());
+  }
+};
+TORCH_MODULE(LinearThenStats);
+
+template <class Child>
+struct WrapImpl : torch::nn::Module {
+  WrapImpl() { child = register_module("child", Child(2, 2)); }
+  Child child{nullptr};
+};
+
+}  // namespace
+
+TEST(LoadStateDictAtomicity, ACopyThatThrowsUndoesTheCopiesBeforeIt) {
+  // A buffer made by `expand` cannot be written; its copy fails after the Linear's were made.
+  LinearThenStats net;
+  const Snapshot before(*net);
+  auto sd = random_state_of(*net);
+  sd.insert_or_assign("expanded.stats", at::ones({4}));
+  EXPECT_EQ(message_of([&] { modhooks::load_state_dict(net, sd); }),
+            "Error(s) in loading state_dict for LinearThenStats:\n\tWhile copying the parameter "
+            "named \"expanded.stats\", whose dimensions in the model are torch.Size([4]) and whose "
+            "dimensions "
+            "in the checkpoint are torch.Size([4]), an exception occurred : ('unsupported "
+            "operation: more than one element of the written-to tensor refers to a single memory "
+            "location. Please clone() the tensor before performing the operation.',).");
+  before.expect_unchanged(*net, "after the failed copy");
+}
+
+TEST(LoadStateDictAtomicity, AFailureAtEveryCopyLeavesEveryTensorBitIdentical) {
+  Net net;
+  const auto sd = random_state_of(*Net());
+  const std::size_t n = sd.size();
+  ASSERT_GT(n, 10u);
+  for (bool assign : {false, true}) {
+    for (std::size_t k = 0; k < n; ++k) {
+      const Snapshot before(*net);
+      FailCopy fail(k);
+      EXPECT_THROWS_WITH(modhooks::load_state_dict(net, sd, /*strict=*/true, assign),
+                         "an exception occurred : ('injected failure',)");
+      before.expect_unchanged(*net, "after a failure at copy " + std::to_string(k));
+    }
+  }
+  // Without the fault the same load goes through: the failures above came from the injection.
+  modhooks::load_state_dict(net, sd);
+  EXPECT_TRUE(at::equal(net->bn->running_mean, sd.at("bn.running_mean")));
+}
+
+TEST(LoadStateDictAtomicity, AHookThatThrowsAtAnyStageChangesNothing) {
+  using Stage = std::function<ScopedHandle(Net&)>;
+  auto raise = [] { throw std::runtime_error("hook failed"); };
+  const std::vector<std::pair<std::string, Stage>> stages = {
+      {"root pre-hook",
+       [&](Net& net) {
+         return ScopedHandle(modhooks::register_load_state_dict_pre_hook(
+             net, [&](torch::nn::Module&, StateDict&, const std::string&, const Metadata&, bool,
+                      Strings&, Strings&, Strings&) { raise(); }));
+       }},
+      {"child pre-hook",
+       [&](Net& net) {
+         return ScopedHandle(modhooks::register_load_state_dict_pre_hook(
+             net->bn, [&](torch::nn::Module&, StateDict&, const std::string&, const Metadata&, bool,
+                          Strings&, Strings&, Strings&) { raise(); }));
+       }},
+      {"child post-hook",
+       [&](Net& net) {
+         return ScopedHandle(modhooks::register_load_state_dict_post_hook(
+             net->bn, [&](torch::nn::Module&, IncompatibleKeys&) { raise(); }));
+       }},
+      {"root post-hook", [&](Net& net) {
+         return ScopedHandle(modhooks::register_load_state_dict_post_hook(
+             net, [&](torch::nn::Module&, IncompatibleKeys&) { raise(); }));
+       }}};
+  const auto sd = random_state_of(*Net());
+  for (const auto& [name, stage] : stages) {
+    for (bool assign : {false, true}) {
+      Net net;
+      const Snapshot before(*net);
+      {
+        ScopedHandle hook = stage(net);
+        EXPECT_THROWS_WITH(modhooks::load_state_dict(net, sd, true, assign), "hook failed");
+      }
+      before.expect_unchanged(*net, "after a throwing " + name);
+      modhooks::load_state_dict(net, sd, true, assign);  // and it loads once the hook is gone
+      // linear2 is linear1 under a second name: its entry is copied last, as in Python.
+      EXPECT_TRUE(at::equal(net->linear1->weight, sd.at("linear2.weight"))) << name;
+    }
+  }
+}
+
+TEST(LoadStateDict, StrictErrorsListTheKeysBesideASizeMismatchAsPythonDoes) {
+  torch::nn::Linear linear(2, 2);
+  StateDict sd;
+  sd.insert_or_assign("weight", at::zeros({3, 2}));
+  sd.insert_or_assign("extra", at::ones({1}));
+  EXPECT_EQ(message_of([&] { modhooks::load_state_dict(linear, sd); }),
+            "Error(s) in loading state_dict for Linear:\n\tMissing key(s) in state_dict: "
+            "\"bias\". \n\tUnexpected key(s) in state_dict: \"extra\". \n\tsize mismatch for "
+            "weight: copying a param with shape torch.Size([3, 2]) from checkpoint, the shape in "
+            "current model is torch.Size([2, 2]).");
+  // Not strict: the size mismatch alone.
+  EXPECT_EQ(message_of([&] { modhooks::load_state_dict(linear, sd, /*strict=*/false); }),
+            "Error(s) in loading state_dict for Linear:\n\tsize mismatch for weight: copying a "
+            "param with shape torch.Size([3, 2]) from checkpoint, the shape in current model is "
+            "torch.Size([2, 2]).");
+}
+
+TEST(LoadStateDict, ATemplatedModuleIsNamedByItsClass) {
+  auto wrap = std::make_shared<WrapImpl<torch::nn::Linear>>();
+  EXPECT_THROWS_WITH(modhooks::load_state_dict(*wrap, StateDict()),
+                     "Error(s) in loading state_dict for Wrap:\n\tMissing key(s)");
+}
+
+TEST(LoadStateDict, AnEmptyOneDimEntryForAZeroDimTensorIsASizeMismatch) {
+  torch::nn::BatchNorm1d bn(2);
+  auto sd = modhooks::state_dict(bn);
+  sd.insert_or_assign("num_batches_tracked", at::zeros({0}, at::kLong));
+  EXPECT_THROWS_WITH(modhooks::load_state_dict(bn, sd),
+                     "size mismatch for num_batches_tracked: copying a param with shape "
+                     "torch.Size([0]) from checkpoint, the shape in current model is "
+                     "torch.Size([]).");
+}
+
+namespace {
+/// A module initialised on the meta device, as a large model is before its weights arrive.
+struct MetaNetImpl : torch::nn::Module {
+  MetaNetImpl() {
+    weight = register_parameter("weight", at::empty({2, 3}, at::kMeta));
+    frozen = register_parameter("frozen", at::empty({3}, at::kMeta), /*requires_grad=*/false);
+    stats = register_buffer("stats", at::empty({3}, at::kMeta));
+  }
+  at::Tensor weight, frozen, stats;
+};
+TORCH_MODULE(MetaNet);
+}  // namespace
+
+TEST(LoadStateDictMeta, AssignMaterialisesAMetaModelWithPythonsRules) {
+  MetaNet net;
+  StateDict sd;
+  sd.insert_or_assign("weight", at::randn({2, 3}));
+  sd.insert_or_assign("frozen", at::randn({3}));
+  sd.insert_or_assign("stats", at::randn({3}));
+  const at::Tensor weight = net->weight;
+  modhooks::load_state_dict(net, sd, /*strict=*/true, /*assign=*/true);
+  // The model's tensors are the same objects, now on the CPU with the checkpoint's storage;
+  // requires_grad is the model's, as Python's Parameter(input, requires_grad=param's).
+  EXPECT_TRUE(weight.is_same(net->weight));
+  EXPECT_TRUE(net->parameters()[0].is_same(net->weight));
+  EXPECT_EQ(net->weight.device(), at::Device(at::kCPU));
+  EXPECT_EQ(net->weight.data_ptr(), sd.at("weight").data_ptr());
+  EXPECT_TRUE(net->weight.requires_grad());
+  EXPECT_FALSE(net->frozen.requires_grad());
+  EXPECT_TRUE(at::equal(net->stats, sd.at("stats")));
+  // The model now computes and trains.
+  auto loss = at::matmul(at::ones({1, 2}), net->weight).sum();
+  loss.backward();
+  EXPECT_TRUE(net->weight.grad().defined());
+}
+
+TEST(LoadStateDictMeta, AFailedAssignPutsTheMetaTensorsBack) {
+  MetaNet net;
+  StateDict sd;
+  sd.insert_or_assign("weight", at::randn({2, 3}));
+  sd.insert_or_assign("frozen", at::randn({3}));
+  sd.insert_or_assign("stats", at::randn({3}));
+  FailCopy fail(2);
+  EXPECT_THROW(modhooks::load_state_dict(net, sd, true, /*assign=*/true), modhooks::Error);
+  EXPECT_TRUE(net->weight.is_meta());
+  EXPECT_TRUE(net->frozen.is_meta());
+  EXPECT_TRUE(net->stats.is_meta());
+}
+
+TEST(LoadStateDictMeta, CopyingIntoAMetaTensorWarnsAsPythonDoes) {
+  MetaNet net;
+  StateDict sd;
+  sd.insert_or_assign("weight", at::randn({2, 3}));
+  sd.insert_or_assign("frozen", at::randn({3}));
+  sd.insert_or_assign("stats", at::randn({3}));
+  WarningCapture warnings;
+  modhooks::load_state_dict(net, sd);
+  EXPECT_TRUE(net->weight.is_meta());
+  ASSERT_EQ(warnings.messages.size(), 3u);
+  EXPECT_EQ(warnings.messages[0],
+            "for weight: copying from a non-meta parameter in the checkpoint to a meta parameter "
+            "in the current model, which is a no-op. (Did you mean to pass `assign=True` to "
+            "assign items in the state dictionary to their corresponding key in the module "
+            "instead of copying them in place?)");
+}
+
+TEST(StateDictVersions, NormsCarryVersionTwoAsPythonsClassesDo) {
+  // Python: Sequential(BatchNorm1d(2), InstanceNorm1d(2), LayerNorm(2)).state_dict()._metadata
+  torch::nn::Sequential net(torch::nn::BatchNorm1d(2), torch::nn::InstanceNorm1d(2),
+                            torch::nn::LayerNorm(torch::nn::LayerNormOptions({2})));
+  const auto sd = modhooks::state_dict(net);
+  EXPECT_EQ(sd.metadata().at("").at("version"), 1);
+  EXPECT_EQ(sd.metadata().at("0").at("version"), 2);
+  EXPECT_EQ(sd.metadata().at("1").at("version"), 2);
+  EXPECT_EQ(sd.metadata().at("2").at("version"), 1);
+}
+
+TEST(StateDictVersions, AnOldBatchNormStateDictLoadsWithoutItsCounter) {
+  torch::nn::BatchNorm1d bn(2);
+  bn->num_batches_tracked.fill_(5);
+  StateDict sd;
+  for (const auto& [key, t] : modhooks::state_dict(torch::nn::BatchNorm1d(2))) {
+    if (key != "num_batches_tracked") sd.insert_or_assign(key, t);
+  }
+  // No metadata (Python's None) or version 1: the module keeps its own counter, as in Python.
+  auto keys = modhooks::load_state_dict(bn, sd);
+  EXPECT_TRUE(keys.missing_keys.empty());
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 5);
+  sd.metadata().insert_or_assign("", Metadata{{"version", 1}});
+  EXPECT_NO_THROW(modhooks::load_state_dict(bn, sd));
+  // Version 2 promised the counter: now it is missing.
+  sd.metadata().insert_or_assign("", Metadata{{"version", 2}});
+  EXPECT_EQ(message_of([&] { modhooks::load_state_dict(bn, sd); }),
+            "Error(s) in loading state_dict for BatchNorm1d:\n\tMissing key(s) in state_dict: "
+            "\"num_batches_tracked\". ");
+}
+
+TEST(StateDictVersions, AnOldInstanceNormStateDictWithRunningStatsIsRefusedAsInPython) {
+  torch::nn::InstanceNorm1d norm(2);
+  StateDict sd;
+  sd.insert_or_assign("running_mean", at::zeros({2}));
+  sd.insert_or_assign("running_var", at::ones({2}));
+  EXPECT_EQ(
+      message_of([&] { modhooks::load_state_dict(norm, sd); }),
+      "Error(s) in loading state_dict for InstanceNorm1d:\n\tUnexpected running stats buffer(s) "
+      "\"running_mean\" and \"running_var\" for InstanceNorm1d with track_running_stats=False. "
+      "If state_dict is a checkpoint saved before 0.4.0, this may be expected because "
+      "InstanceNorm1d does not track running stats by default since 0.4.0. Please remove these "
+      "keys from state_dict. If the running stats are actually needed, instead set "
+      "track_running_stats=True in InstanceNorm1d to enable them. See the documentation of "
+      "InstanceNorm1d for details.");
+}
+
+TEST(StateDictVersions, AModulesOwnVersionReachesItsStateDictAndItsUpgradeHook) {
+  torch::nn::Linear linear(2, 2);
+  modhooks::set_state_dict_version(linear, 2);
+  EXPECT_EQ(modhooks::state_dict(linear).metadata().at("").at("version"), 2);
+  // Version 1 called the weight `w`: a pre-hook upgrades such state dicts.
+  ScopedHandle upgrade(modhooks::register_load_state_dict_pre_hook(
+      linear, [](torch::nn::Module&, StateDict& sd, const std::string& prefix, const Metadata& meta,
+                 bool, Strings&, Strings&, Strings&) {
+        const auto v = meta.find("version");
+        if ((v == meta.end() || v->second < 2) && sd.contains(prefix + "w")) {
+          sd.insert_or_assign(prefix + "weight", sd.at(prefix + "w"));
+          sd.erase(prefix + "w");
+        }
+      }));
+  StateDict old;
+  old.insert_or_assign("w", at::full({2, 2}, 4.0));
+  old.insert_or_assign("bias", at::zeros({2}));
+  old.metadata().insert_or_assign("", Metadata{{"version", 1}});
+  modhooks::load_state_dict(linear, old);
+  EXPECT_TRUE(linear->weight.eq(4).all().item<bool>());
+  // A current state dict passes untouched; an old one without the rename is refused.
+  old.metadata().insert_or_assign("", Metadata{{"version", 2}});
+  EXPECT_THROWS_WITH(modhooks::load_state_dict(linear, old),
+                     "Missing key(s) in state_dict: \"weight\"");
+}

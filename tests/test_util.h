@@ -1,11 +1,14 @@
 // Shared helpers of the GoogleTest suites.
 #pragma once
 
+#include <c10/util/Exception.h>
 #include <gtest/gtest.h>
+#include <torch/version.h>
 
 #include <functional>
 #include <string>
 #include <typeinfo>
+#include <vector>
 
 #include "modhooks/core/error.h"
 
@@ -33,3 +36,27 @@ std::string message_of(const std::function<void()>& f) {
   ADD_FAILURE() << "no " << typeid(E).name() << " thrown";
   return "";
 }
+
+/// Collects what TORCH_WARN reports on this thread while it lives.
+class WarningCapture : public c10::WarningHandler {
+ public:
+  WarningCapture() : previous_(c10::WarningUtils::get_warning_handler()) {
+    c10::WarningUtils::set_warning_handler(this);
+  }
+  ~WarningCapture() override { c10::WarningUtils::set_warning_handler(previous_); }
+  WarningCapture(const WarningCapture&) = delete;
+  WarningCapture& operator=(const WarningCapture&) = delete;
+
+#if TORCH_VERSION_MAJOR >= 2
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+#else
+  void process(const c10::SourceLocation&, const std::string& msg, bool) override {
+    messages.push_back(msg);
+  }
+#endif
+
+  std::vector<std::string> messages;
+
+ private:
+  c10::WarningHandler* previous_;
+};

@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "modhooks/nn/registry.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -24,6 +25,7 @@ std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module) {
 
 std::string python_class_name(const torch::nn::Module& module) {
   std::string name = module.name();
+  name.resize(std::min(name.size(), name.find('<')));  // a template's arguments are not its name
   const auto colon = name.rfind("::");
   if (colon != std::string::npos) name = name.substr(colon + 2);
   const std::string impl = "Impl";

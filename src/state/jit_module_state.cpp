@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include <torch/csrc/jit/api/module.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +50,13 @@ struct JitAdapter {
   }
 
   static std::string class_name(Module& module) { return python_class_name(module); }
+
+  /// A scripted module's state dict carries version 1 (`RecursiveScriptModule`'s), and old
+  /// state dicts are upgraded by the Python classes only, never inside TorchScript.
+  static std::int64_t version(Module&) { return 1; }
+  template <class Edit>
+  static void upgrade(Module&, const std::string&, const Metadata&, const StateDict&, Edit&&,
+                      std::vector<std::string>&) {}
 };
 
 }  // namespace

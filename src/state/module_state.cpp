@@ -3,6 +3,15 @@
 #include "modhooks/state/module_state.h"
 
 #include <c10/util/Type.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/instancenorm.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "modhooks/core/module_table.h"
 #include "modhooks/state/detail/traversal.h"
@@ -45,6 +54,79 @@ struct NnAdapter {
 
   /// Python's `type(self).__name__`: the class name without namespaces or libtorch's "Impl".
   static std::string class_name(Module& module) { return python_class_name(module); }
+
+  /// Python's `_version`: 2 for the norms that keep running statistics (`_NormBase`), 1 else.
+  static std::int64_t version(Module& module) {
+    return batch_norm_stats(module) || instance_norm_stats(module) ? 2 : 1;
+  }
+
+  /// `_BatchNorm` and `_InstanceNorm`'s `_load_from_state_dict` upgrades, for libtorch's
+  /// counterparts: before version 2 a BatchNorm's state dict had no `num_batches_tracked` (the
+  /// module keeps its own, or 0 on the meta device); before version 1 an InstanceNorm without
+  /// running statistics still saved them (an error, and the keys are dropped).
+  template <class Edit>
+  static void upgrade(Module& module, const std::string& prefix, const Metadata& local_metadata,
+                      const StateDict& dict, Edit&& edit, std::vector<std::string>& errors) {
+    const auto found = local_metadata.find("version");
+    const bool has_version = found != local_metadata.end();
+    if (auto stats = batch_norm_stats(module)) {
+      const std::string key = prefix + "num_batches_tracked";
+      if ((!has_version || found->second < 2) && stats->track_running_stats &&
+          !dict.contains(key)) {
+        const at::Tensor& own = stats->num_batches_tracked;
+        edit().insert_or_assign(key,
+                                own.defined() && !own.is_meta() ? own : at::zeros({}, at::kLong));
+      }
+    } else if (auto stats = instance_norm_stats(module)) {
+      if (has_version || stats->track_running_stats) return;
+      std::vector<std::string> keys;
+      for (const char* name : {"running_mean", "running_var"}) {
+        if (dict.contains(prefix + name)) keys.push_back(prefix + name);
+      }
+      if (keys.empty()) return;
+      const std::string klass = python_class_name(module);
+      errors.push_back(fmt::format(
+          "Unexpected running stats buffer(s) {} for {} with track_running_stats=False. If "
+          "state_dict is a checkpoint saved before 0.4.0, this may be expected because {} does "
+          "not track running stats by default since 0.4.0. Please remove these keys from "
+          "state_dict. If the running stats are actually needed, instead set "
+          "track_running_stats=True in {} to enable them. See the documentation of {} for "
+          "details.",
+          fmt::join(quoted(keys), " and "), klass, klass, klass, klass));
+      for (const auto& key : keys) edit().erase(key);
+    }
+  }
+
+ private:
+  struct NormStats {
+    bool track_running_stats;
+    at::Tensor num_batches_tracked;
+  };
+
+  /// The running-statistics settings of `module` when it is one of `Impls`.
+  template <class... Impls>
+  static std::optional<NormStats> norm_stats(Module& module) {
+    std::optional<NormStats> out;
+    auto probe = [&](auto* impl) {
+      if (!out && impl)
+        out = NormStats{impl->options.track_running_stats(), impl->num_batches_tracked};
+    };
+    (probe(dynamic_cast<Impls*>(&module)), ...);
+    return out;
+  }
+  static std::optional<NormStats> batch_norm_stats(Module& module) {
+    return norm_stats<torch::nn::BatchNorm1dImpl, torch::nn::BatchNorm2dImpl,
+                      torch::nn::BatchNorm3dImpl>(module);
+  }
+  static std::optional<NormStats> instance_norm_stats(Module& module) {
+    return norm_stats<torch::nn::InstanceNorm1dImpl, torch::nn::InstanceNorm2dImpl,
+                      torch::nn::InstanceNorm3dImpl>(module);
+  }
+  static std::vector<std::string> quoted(const std::vector<std::string>& keys) {
+    std::vector<std::string> out;
+    for (const auto& key : keys) out.push_back("\"" + key + "\"");
+    return out;
+  }
 };
 
 }  // namespace

@@ -4,8 +4,11 @@
 
 #include <torch/nn/module.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,16 +41,18 @@ using LoadStateDictPreHookFn = std::function<void(
 template <class M>
 using LoadStateDictPostHookFn = std::function<void(M&, IncompatibleKeys&)>;
 
-/// What the state layer keeps per module: its four hook tables and the names of its
-/// non-persistent buffers. Kept apart from the call-path tables, which never pay for it.
+/// What the state layer keeps per module: its four hook tables, the names of its
+/// non-persistent buffers and the version its state dicts carry. Kept apart from the call-path
+/// tables, which never pay for it.
 template <class M>
 struct StateHooks {
   HookList<StateDictPreHookFn<M>> state_dict_pre;
   HookList<StateDictPostHookFn<M>> state_dict_post;
   HookList<LoadStateDictPreHookFn<M>> load_pre;
   HookList<LoadStateDictPostHookFn<M>> load_post;
-  std::mutex mutex;
+  std::mutex mutex;  // guards the two below
   std::set<std::string> non_persistent_buffers;
+  std::optional<std::int64_t> version;  // from `set_state_dict_version`
 };
 
 using NnStateHooks = StateHooks<torch::nn::Module>;
@@ -126,6 +131,30 @@ void register_buffer(M&& module, std::string name, at::Tensor tensor, bool persi
     }
   }
   m.register_buffer(std::move(name), std::move(tensor));
+}
+
+/// Python's `_version` class attribute, per module: `state_dict` writes `version` into the
+/// module's `_metadata` entry, and a load pre-hook upgrades older state dicts by reading it from
+/// `local_metadata` (absent when the dict has no metadata, as Python's `None`).
+///
+/// **Example**:
+/// \code
+///   modhooks::set_state_dict_version(net, 2);  // version 2 renamed `gamma` to `weight`
+///   modhooks::register_load_state_dict_pre_hook(
+///       net, [](torch::nn::Module&, modhooks::StateDict& sd, const std::string& prefix,
+///               const modhooks::Metadata& meta, bool, auto&, auto&, auto&) {
+///         auto v = meta.find("version");
+///         if ((v == meta.end() || v->second < 2) && sd.contains(prefix + "gamma")) {
+///           sd.insert_or_assign(prefix + "weight", sd.at(prefix + "gamma"));
+///           sd.erase(prefix + "gamma");
+///         }
+///       });
+/// \endcode
+template <class M, detail::IfModule<M> = 0>
+void set_state_dict_version(M&& module, std::int64_t version) {
+  auto state = detail::state_hooks_for(detail::module_ref(module));
+  std::lock_guard<std::mutex> lock(state->mutex);
+  state->version = version;
 }
 
 }  // namespace modhooks

@@ -4,12 +4,16 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -30,6 +34,12 @@ namespace detail {
 ///   static std::vector<OwnTensor> own_tensors(Module&);  // parameters, then persistent buffers
 ///   static std::shared_ptr<StateHooks<Module>> hooks(Module&);   // null when none
 ///   static std::string class_name(Module&);             // Python's type(self).__name__
+///   static std::int64_t version(Module&);              // Python's `_version` of its class
+///   template <class Edit>                              // `torch.nn`'s built-in upgrades of
+///   static void upgrade(Module&, const std::string& prefix, const Metadata& local_metadata,
+///                       const StateDict&, Edit&& edit, std::vector<std::string>& errors);
+///                                                      // old state dicts; `edit()` gives the
+///                                                      // load's own copy of the dict to change
 
 /// One tensor a module contributes to its state dict.
 struct OwnTensor {
@@ -52,11 +62,47 @@ inline std::string quoted_list(const std::vector<std::string>& keys) {
   return out;
 }
 
+/// Fault injection for the all-or-nothing tests: when set, `load_state_dict` calls it before
+/// its i-th copy (in the order of the model's tensors), and what it throws fails that copy.
+inline thread_local std::function<void(std::size_t)> load_copy_fault;
+
+/// An exception's message as Python shows it: c10's without the C++ backtrace.
+inline std::string message_of(const std::exception& e) {
+  if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
+    return error->what_without_backtrace();
+  }
+  return e.what();
+}
+
+/// `assign`'s swap: the tensor object stays (a module's member and its registry entry are one
+/// object, and optimizers may hold it), its data becomes `source`'s. `set_data` refuses to move
+/// a tensor between the meta device and a real one, which is how a meta-initialised model is
+/// materialised; there the metadata is copied as `set_data` copies it after that check.
+inline void swap_in(const at::Tensor& target, const at::Tensor& source) {
+  if (target.is_meta() != source.is_meta()) {
+    target.unsafeGetTensorImpl()->shallow_copy_from(source.getIntrusivePtr());
+  } else {
+    target.set_data(source);
+  }
+}
+
+/// The version a module's state dict is written with: the one given by
+/// `set_state_dict_version`, or its class's.
+template <class Adapter>
+std::int64_t version_of(typename Adapter::Module& module,
+                        StateHooks<typename Adapter::Module>* hooks) {
+  if (hooks) {
+    std::lock_guard<std::mutex> lock(hooks->mutex);
+    if (hooks->version) return *hooks->version;
+  }
+  return Adapter::version(module);
+}
+
 template <class Adapter>
 void collect_state_dict(typename Adapter::Module& module, const std::string& prefix, bool keep_vars,
                         StateDict& out) {
   const auto hooks = Adapter::hooks(module);
-  Metadata local_metadata{{"version", 1}};
+  Metadata local_metadata{{"version", version_of<Adapter>(module, hooks.get())}};
   out.metadata().insert_or_assign(without_dot(prefix), local_metadata);
   if (hooks) {
     hooks->state_dict_pre.for_each([&](const auto& hook) { hook(module, prefix, keep_vars); });
@@ -88,8 +134,9 @@ StateDict state_dict(typename Adapter::Module& module, const std::string& prefix
 /// every key is matched in one pass (one hash lookup per module tensor, one prefix walk per
 /// unmatched key, so the whole load is linear in the number of keys); then, only if nothing is
 /// wrong, every tensor is copied; then post-hooks in post-order, seeing the lists Python's would
-/// at that point. If the strict check on the lists the post-hooks left then fails, the copies
-/// are undone: a failed load leaves every parameter and buffer as it was.
+/// at that point. A copy that fails, a post-hook that throws and a strict check that fails on
+/// the lists the post-hooks left all undo the copies: a failed load leaves every parameter and
+/// buffer as it was.
 template <class Adapter>
 class Loader {
   using Module = typename Adapter::Module;
@@ -121,22 +168,29 @@ class Loader {
     bool has_post = false;
     for (const auto& node : nodes_)
       has_post = has_post || (node.hooks && !node.hooks->load_post.empty());
-    if (!errors_.empty()) raise({}, {});
-    if (!has_post) {
-      IncompatibleKeys keys = gather_all();
+    if (!errors_.empty()) {
+      const IncompatibleKeys keys = gather_all();
+      if (strict_) raise(keys.missing_keys, keys.unexpected_keys);  // Python lists them too
+      raise({}, {});
+    }
+    if (strict_ && !has_post) {  // post-hooks may still clear the lists
+      const IncompatibleKeys keys = gather_all();
+      if (!keys.missing_keys.empty() || !keys.unexpected_keys.empty()) {
+        raise(keys.missing_keys, keys.unexpected_keys);
+      }
+    }
+    std::vector<Undo> undo = commit(copies);
+    if (!has_post) return gather_all();
+    try {
+      IncompatibleKeys keys = run_post_hooks();
       if (strict_ && (!keys.missing_keys.empty() || !keys.unexpected_keys.empty())) {
         raise(keys.missing_keys, keys.unexpected_keys);
       }
-      commit(copies, /*keep_undo=*/false);
       return keys;
-    }
-    auto undo = commit(copies, /*keep_undo=*/strict_);
-    IncompatibleKeys keys = run_post_hooks();
-    if (strict_ && (!keys.missing_keys.empty() || !keys.unexpected_keys.empty())) {
+    } catch (...) {
       rollback(undo);
-      raise(keys.missing_keys, keys.unexpected_keys);
+      throw;
     }
-    return keys;
   }
 
  private:
@@ -155,10 +209,21 @@ class Loader {
     return found == dict.metadata().end() ? Metadata{} : found->second;
   }
 
+  StateDict& working() {
+    if (!working_) working_ = std::make_unique<StateDict>(input_);  // the caller's stays as is
+    return *working_;
+  }
+
+  /// Per module, in pre-order: `torch.nn`'s upgrade of an old state dict, then the module's
+  /// pre-hooks (Python runs both from `_load_from_state_dict`, the upgrade first).
   void run_pre_hooks() {
     for (auto& node : nodes_) {
+      const StateDict& current = working_ ? *working_ : input_;
+      Adapter::upgrade(
+          *node.module, node.prefix, metadata_of(current, node.prefix), current,
+          [&]() -> StateDict& { return working(); }, errors_);
       if (!node.hooks || node.hooks->load_pre.empty()) continue;
-      if (!working_) working_ = std::make_unique<StateDict>(input_);  // the caller's stays as is
+      working();  // hooks edit the load's own copy
       const Metadata local_metadata = metadata_of(*working_, node.prefix);
       if (node.prefix.empty()) {
         node.hooks->load_pre.for_each([&](const auto& hook) {
@@ -208,8 +273,8 @@ class Loader {
               key));
           continue;
         }
-        // Python's backward compatibility: a 0-dim parameter loads from a 1-dim entry.
-        if (own.tensor.dim() == 0 && source.dim() == 1) source = source[0];
+        // Python's backward compatibility: a 0-dim parameter loads from a 1-element 1-dim entry.
+        if (own.tensor.dim() == 0 && source.dim() == 1 && source.size(0) == 1) source = source[0];
         if (source.sizes() != own.tensor.sizes()) {
           errors_.push_back(fmt::format(
               "size mismatch for {}: copying a param with shape {} from checkpoint, the shape in "
@@ -273,46 +338,69 @@ class Loader {
     node.hooks->load_post.for_each([&](const auto& hook) { hook(*node.module, keys); });
   }
 
-  /// Copies (or, with `assign`, swaps in) every matched tensor. Returns what undoes it when
-  /// `keep_undo`; a copy that fails undoes the ones before it and raises Python's message.
-  std::vector<Copy> commit(const std::vector<Copy>& copies, bool keep_undo) {
+  /// What a copy overwrote. A tensor's former values are kept in host memory, so a load into a
+  /// CUDA model needs no second copy of the model on the device.
+  struct Undo {
+    at::Tensor target, former;
+  };
+
+  /// Copies (or, with `assign`, swaps in) every matched tensor, keeping what undoes each. A copy
+  /// that fails undoes the ones before it and raises Python's message.
+  std::vector<Undo> commit(const std::vector<Copy>& copies) {
     at::NoGradGuard no_grad;
-    std::vector<Copy> undo;
-    bool cross_device = false;
-    for (const auto& c : copies)
-      cross_device = cross_device || c.source.device() != c.target.device();
-    keep_undo = keep_undo || (cross_device && !assign_);
-    for (const auto& c : copies) {
+    std::vector<Undo> undo;
+    undo.reserve(copies.size());
+    for (std::size_t i = 0; i < copies.size(); ++i) {
+      const Copy& c = copies[i];
       try {
+        if (load_copy_fault) load_copy_fault(i);
         if (assign_) {
-          undo.push_back(Copy{c.target, c.target.variable_data(), c.key});
-          c.target.set_data(c.source);
+          undo.push_back(Undo{c.target, c.target.variable_data()});
+          swap_in(c.target, c.source);
+        } else if (c.target.is_meta()) {
+          // Python's copy into a meta tensor: a no-op, with its warning when the data is real.
+          if (!c.source.is_meta()) warn_meta_copy(c.key);
         } else {
-          if (keep_undo) undo.push_back(Copy{c.target, c.target.clone(), c.key});
+          undo.push_back(Undo{c.target, c.target.to(at::kCPU, /*non_blocking=*/false,
+                                                    /*copy=*/true)});
           c.target.copy_(c.source);
         }
       } catch (const std::exception& e) {
         rollback(undo);
         errors_.push_back(fmt::format(
             "While copying the parameter named \"{}\", whose dimensions in the model are {} and "
-            "whose dimensions in the checkpoint are {}, an exception occurred : ({}).",
-            c.key, torch_size(c.target.sizes()), torch_size(c.source.sizes()), e.what()));
+            "whose dimensions in the checkpoint are {}, an exception occurred : ('{}',).",
+            c.key, torch_size(c.target.sizes()), torch_size(c.source.sizes()), message_of(e)));
         raise({}, {});
       }
     }
-    if (!keep_undo && !assign_) undo.clear();
     return undo;
   }
 
-  void rollback(const std::vector<Copy>& undo) {
+  /// Puts every undone tensor back, the failed one included (a copy may fail after writing
+  /// part of it). Restoring a tensor that the failed copy never wrote may fail the same way (an
+  /// unwritable `expand`ed buffer): that one is left, the others are still restored.
+  void rollback(const std::vector<Undo>& undo) noexcept {
     at::NoGradGuard no_grad;
     for (auto it = undo.rbegin(); it != undo.rend(); ++it) {
-      if (assign_) {
-        it->target.set_data(it->source);
-      } else {
-        it->target.copy_(it->source);
+      try {
+        if (assign_) {
+          swap_in(it->target, it->former);
+        } else {
+          it->target.copy_(it->former);
+        }
+      } catch (const std::exception&) {
+        // Left as the failed copy left it; see above.
       }
     }
+  }
+
+  static void warn_meta_copy(const std::string& key) {
+    TORCH_WARN("for ", key,
+               ": copying from a non-meta parameter in the checkpoint to a meta parameter in the "
+               "current model, which is a no-op. (Did you mean to pass `assign=True` to assign "
+               "items in the state dictionary to their corresponding key in the module instead "
+               "of copying them in place?)");
   }
 
   [[noreturn]] void raise(const std::vector<std::string>& missing,
