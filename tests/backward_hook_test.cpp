@@ -3,6 +3,7 @@
 #include "modhooks/dispatch/backward_hook.h"
 
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/loss.h>
 
@@ -424,6 +425,35 @@ TEST(FullBackwardHooks, ConcurrentRegistrationDuringBackward) {
   EXPECT_EQ(fired.load(), 200);
   EXPECT_EQ(modhooks::detail::hooks_for(*m)->backward_pre.size(), 0u);
   EXPECT_EQ(modhooks::detail::global_hooks<torch::nn::Module>()->backward.size(), 0u);
+}
+
+TEST(FullBackwardHooks, ConcurrentBackwardPassesOverOneGraph) {
+  // Two threads run backward over one retained graph: the hook nodes of one call run on both
+  // threads at once. Each pass still computes the right gradient, and TSan (in CI) sees the
+  // nodes' shared state locked.
+  torch::nn::Linear m(8, 8);
+  std::atomic<int> fired{0};
+  ScopedHandle hook(modhooks::register_full_backward_hook(
+      m, [&](torch::nn::Module&, const TensorList&, const TensorList&) { ++fired; }));
+  auto x = at::randn({4, 8}).requires_grad_();
+  const auto loss = modhooks::call(m, x).sum();
+  const auto expected = at::ones({4, 8}).matmul(m->weight.detach());
+  constexpr int kPasses = 50;
+  std::vector<std::thread> threads;
+  std::atomic<int> right{0};
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kPasses; ++i) {
+        auto grad = torch::autograd::grad({loss}, {x}, {}, /*retain_graph=*/true)[0];
+        right += at::allclose(grad, expected);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(right.load(), 2 * kPasses);
+  // A pass whose output side ran while the other's was pending may fire once for both.
+  EXPECT_GE(fired.load(), 1);
+  EXPECT_LE(fired.load(), 2 * kPasses);
 }
 
 }  // namespace

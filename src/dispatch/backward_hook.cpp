@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -141,6 +143,7 @@ TensorList BackwardHookBase::output_grads_ready(const TensorList& grads) {
   TensorList grad_output = scatter(grads, output_positions_, n_outputs_);
   run_pre_hooks(grad_output);
   if (inputs_wrapped_) {
+    std::lock_guard<std::mutex> lock(grad_outputs_mutex_);
     grad_outputs_ = grad_output;  // the input side consumes it
   } else if (has_full_hooks()) {
     // No input requires grad: the input side never runs, so full hooks fire now with an
@@ -165,10 +168,14 @@ TensorList BackwardHookBase::output_grads_ready(const TensorList& grads) {
 TensorList BackwardHookBase::input_grads_ready(const TensorList& grads) {
   // Reached without passing the outputs (double backward, autograd.grad on an intermediate):
   // Python leaves the gradients alone and calls no hook.
-  if (!grad_outputs_) return grads;
+  std::optional<TensorList> handed;
+  {
+    std::lock_guard<std::mutex> lock(grad_outputs_mutex_);
+    handed.swap(grad_outputs_);
+  }
+  if (!handed) return grads;
   TensorList grad_input = scatter(grads, input_positions_, n_inputs_);
-  const TensorList grad_output = std::move(*grad_outputs_);
-  grad_outputs_.reset();
+  const TensorList grad_output = std::move(*handed);
   if (!run_full_hooks(grad_input, grad_output, /*check_length=*/true)) return grads;
   TensorList result = gather(grad_input, input_positions_);
   for (std::size_t i = 0; i < result.size(); ++i) {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -56,6 +57,10 @@ class BackwardHookBase : public torch::CustomClassHolder {
   bool inputs_wrapped_ = false;
   std::size_t n_outputs_ = 0;
   std::vector<std::size_t> output_positions_;
+  /// Handed from the output side to the input side. Two backward passes over one graph
+  /// (`retain_graph`) may run the nodes on two threads at once: libtorch leaves a node's shared
+  /// state to the node (torch/csrc/autograd/function.h), hence the lock.
+  std::mutex grad_outputs_mutex_;
   std::optional<TensorList> grad_outputs_;
 };
 
