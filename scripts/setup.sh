@@ -11,7 +11,8 @@ MODHOOKS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODHOOKS_TORCH_VERSION=2.15.0
 
 packages=(build-essential cmake ninja-build ccache libfmt-dev googletest libgtest-dev
-  libbenchmark-dev nlohmann-json3-dev libtorch-dev python3-venv clang clang-format rsync)
+  libbenchmark-dev nlohmann-json3-dev zlib1g-dev libtorch-dev python3-venv clang clang-format
+  rsync)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -145,7 +145,7 @@ void expect_matches(const StateDict& sd, const Json& want, bool layout) {
 
 TEST(Checkpoint, LoadsPythonTorchSaveFiles) {
   for (const char* name : {"mlp.pt", "cnn.pt", "parameters.pt", "dtypes.pt", "views.pt",
-                           "plain_dict.pt", "big_endian.pt"}) {
+                           "plain_dict.pt", "big_endian.pt", "crc_off.pt"}) {
     SCOPED_TRACE(name);
     expect_matches(modhooks::load(fixture(name)), expected()[name], /*layout=*/true);
   }
@@ -510,6 +510,33 @@ TEST(CheckpointHostile, RefusesASecondDirectoryBehindTheZip64Record) {
       message_of([&] { modhooks::detail::load_from_bytes(gap, CheckpointFormat::kTorchSave); });
   EXPECT_NE(message.find("does not end where the zip end records begin"), std::string::npos)
       << message;
+}
+
+TEST(CheckpointHostile, DamagedRecordsFailTheirCrc32) {
+  const std::string original = read_file(fixture("mlp.pt"));
+  const std::size_t entry = central_entry(original, "data/0");
+  const std::size_t local = get_le(original, entry + 42, 4);
+  const std::size_t data =
+      local + 30 + get_le(original, local + 26, 2) + get_le(original, local + 28, 2);
+  std::string damaged = original;
+  damaged[data + 5] = static_cast<char>(damaged[data + 5] ^ 0x10);
+  std::string message =
+      message_of([&] { modhooks::detail::load_from_bytes(damaged, CheckpointFormat::kTorchSave); });
+  EXPECT_NE(message.find("record 'mlp/data/0' fails its CRC-32 check"), std::string::npos)
+      << message;
+  // The opt-out reads the damaged bytes as they are.
+  modhooks::LoadOptions unchecked;
+  unchecked.verify_crc32 = false;
+  const StateDict sd =
+      modhooks::detail::load_from_bytes(damaged, CheckpointFormat::kTorchSave, unchecked);
+  EXPECT_FALSE(sd.at("0.weight").equal(modhooks::load(fixture("mlp.pt")).at("0.weight")));
+  // On a file the error names the path too.
+  const std::string path = testing::TempDir() + "damaged.pt";
+  std::ofstream(path, std::ios::binary) << damaged;
+  message = message_of([&] { modhooks::load(path); });
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_NE(message.find("mlp/data/0"), std::string::npos) << message;
+  EXPECT_EQ(modhooks::load(path, unchecked).size(), 4u);
 }
 
 TEST(CheckpointHostile, RefusesBadSafetensorsHeaders) {

@@ -87,10 +87,10 @@ void write(const StateDict& state_dict, CheckpointFormat format, Sink& out) {
   }
 }
 
-StateDict read(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in,
-               CheckpointFormat format) {
-  if (format == CheckpointFormat::kSafetensors) return read_safetensors(*in);
-  return read_torch_save(std::move(in));
+StateDict read(const caffe2::serialize::ReadAdapterInterface& in, CheckpointFormat format,
+               const LoadOptions& options) {
+  if (format == CheckpointFormat::kSafetensors) return read_safetensors(in);
+  return read_torch_save(in, options);
 }
 
 /// Runs `body`, turning libtorch's errors into modhooks::Error and prefixing every message
@@ -133,9 +133,10 @@ CheckpointFormat format_for_path(const std::string& path) {
   return safetensors ? CheckpointFormat::kSafetensors : CheckpointFormat::kTorchSave;
 }
 
-StateDict load_from_bytes(std::string_view bytes, CheckpointFormat format) {
+StateDict load_from_bytes(std::string_view bytes, CheckpointFormat format,
+                          const LoadOptions& options) {
   return with_context("in-memory checkpoint",
-                      [&] { return read(std::make_shared<MemoryReadAdapter>(bytes), format); });
+                      [&] { return read(MemoryReadAdapter(bytes), format, options); });
 }
 
 std::string save_to_bytes(const StateDict& state_dict, CheckpointFormat format) {
@@ -156,10 +157,12 @@ void save(const StateDict& state_dict, const std::string& path) {
   });
 }
 
-StateDict load(const std::string& path) {
+StateDict load(const std::string& path) { return load(path, LoadOptions()); }
+
+StateDict load(const std::string& path, const LoadOptions& options) {
   return detail::with_context("modhooks::load('" + path + "')", [&] {
-    return detail::read(std::make_shared<caffe2::serialize::FileAdapter>(path),
-                        detail::format_for_path(path));
+    return detail::read(caffe2::serialize::FileAdapter(path), detail::format_for_path(path),
+                        options);
   });
 }
 

@@ -5,9 +5,9 @@
 #include <caffe2/serialize/read_adapter_interface.h>
 
 #include <cstddef>
-#include <memory>
 #include <string>
 
+#include "modhooks/state/checkpoint.h"
 #include "modhooks/state/state_dict.h"
 
 namespace modhooks {
@@ -23,7 +23,8 @@ class Sink {
 };
 
 /// The torch.save zip format: an OrderedDict pickle in data.pkl, one record per storage.
-StateDict read_torch_save(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in);
+StateDict read_torch_save(const caffe2::serialize::ReadAdapterInterface& in,
+                          const LoadOptions& options);
 void write_torch_save(const StateDict& state_dict, Sink& out);
 
 /// safetensors: an 8-byte header length, a JSON header, then the tensors' bytes back to back.

@@ -168,47 +168,52 @@ std::string pickle_state_dict(const StateDict& sd) {
   return w.take();
 }
 
-c10::Storage load_record(caffe2::serialize::PyTorchStreamReader& reader, const std::string& key,
-                         c10::ScalarType dtype, std::uint64_t numel, bool big_endian) {
+c10::Storage load_record(const ZipArchive& archive, const std::string& key, c10::ScalarType dtype,
+                         std::uint64_t numel, bool big_endian) {
   const std::string name = "data/" + key;
-  if (!reader.hasRecord(name)) fail("the archive has no record '" + name + "'");
+  const ZipRecord* record = archive.find(name);
+  if (record == nullptr) fail("the archive has no record '" + name + "'");
   std::uint64_t nbytes = 0;
   if (mul_overflows(numel, c10::elementSize(dtype), &nbytes)) {
     fail("storage '" + key + "' of " + std::to_string(numel) + " elements overflows");
   }
-  // The zip layout check bounds the record by the file, so reading it allocates no more than
-  // the file holds; its size must then match what the pickle declared.
-  auto record = reader.getRecord(name);
-  at::DataPtr data = std::move(std::get<0>(record));
-  const std::size_t size = std::get<1>(record);
-  if (size != nbytes) {
-    fail("record '" + name + "' holds " + std::to_string(size) + " bytes, but its storage of " +
-         std::to_string(numel) + " " + c10::toString(dtype) + " elements needs " +
-         std::to_string(nbytes));
+  if (record->size != nbytes) {
+    fail("record '" + name + "' holds " + std::to_string(record->size) +
+         " bytes, but its storage of " + std::to_string(numel) + " " + c10::toString(dtype) +
+         " elements needs " + std::to_string(nbytes));
   }
+  // The zip layout check bounds the record by the file, so reading it allocates no more than
+  // the file holds.
+  at::DataPtr data = archive.read(*record);
   if (big_endian) swap_bytes(data.get(), nbytes, dtype);
   return c10::Storage(c10::Storage::use_byte_size_t(), static_cast<std::int64_t>(nbytes),
                       std::move(data), c10::GetCPUAllocator(), /*resizable=*/false);
 }
 
+std::string read_string(const ZipArchive& archive, const ZipRecord& record) {
+  const at::DataPtr data = archive.read(record);
+  return std::string(static_cast<const char*>(data.get()), static_cast<std::size_t>(record.size));
+}
+
 }  // namespace
 
-StateDict read_torch_save(std::shared_ptr<caffe2::serialize::ReadAdapterInterface> in) {
-  check_zip_layout(*in);
-  caffe2::serialize::PyTorchStreamReader reader(in);
+StateDict read_torch_save(const caffe2::serialize::ReadAdapterInterface& in,
+                          const LoadOptions& options) {
+  const ZipArchive archive(in, options.verify_crc32);
   bool big_endian = false;
-  if (reader.hasRecord("byteorder")) {
-    auto record = reader.getRecord("byteorder");
-    std::string order(static_cast<const char*>(std::get<0>(record).get()), std::get<1>(record));
+  if (const ZipRecord* byteorder = archive.find("byteorder")) {
+    const std::string order = read_string(archive, *byteorder);
     if (order != "little" && order != "big") fail("unknown byteorder '" + order + "'");
     big_endian = order == "big";
   }
-  if (!reader.hasRecord("data.pkl")) fail("the archive has no data.pkl; not a torch.save file");
-  auto pickle = reader.getRecord("data.pkl");
-  std::string_view bytes(static_cast<const char*>(std::get<0>(pickle).get()), std::get<1>(pickle));
+  const ZipRecord* pickle = archive.find("data.pkl");
+  if (pickle == nullptr) fail("the archive has no data.pkl; not a torch.save file");
+  const at::DataPtr pickle_data = archive.read(*pickle);
+  const std::string_view bytes(static_cast<const char*>(pickle_data.get()),
+                               static_cast<std::size_t>(pickle->size));
   return unpickle_state_dict(
       bytes, [&](const std::string& key, c10::ScalarType dtype, std::uint64_t numel) {
-        return load_record(reader, key, dtype, numel, big_endian);
+        return load_record(archive, key, dtype, numel, big_endian);
       });
 }
 

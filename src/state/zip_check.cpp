@@ -2,7 +2,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "zip_check.h"
 
+#include <c10/core/CPUAllocator.h>
 #include <caffe2/serialize/versions.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cctype>
@@ -145,46 +147,10 @@ std::string folded(const std::string& name) {
   return out;
 }
 
-std::uint32_t crc32(const unsigned char* data, std::size_t size) {
-  std::uint32_t crc = 0xFFFFFFFFu;
-  for (std::size_t i = 0; i < size; ++i) {
-    crc ^= data[i];
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
-  }
-  return ~crc;
-}
-
-/// The records libtorch's reader reads in its constructor. A constructor that throws leaks
-/// the reader's zip state (libtorch never ends it), so everything that could make it throw is
-/// checked here first: the archive folder, the version record and its value, their CRCs.
-void check_reader_records(const caffe2::serialize::ReadAdapterInterface& in,
-                          const std::vector<Span>& spans, const std::string& first_name) {
-  const std::size_t slash = first_name.find('/');
-  if (slash == std::string::npos) {
-    fail("zip entry '" + first_name + "' is not in a folder, as torch.save's records are");
-  }
-  const std::string folder = folded(first_name.substr(0, slash + 1));
-  auto find = [&](const std::string& name) -> const Span* {
-    for (const Span& span : spans) {
-      if (folded(span.name) == folder + name) return &span;
-    }
-    return nullptr;
-  };
-  auto read_checked = [&](const Span& span) {
-    constexpr std::uint64_t kMaxSmallRecord = 4096;
-    if (span.end - span.data > kMaxSmallRecord) fail("record '" + span.name + "' is too long");
-    Bytes bytes = read_block(in, span.data, span.end - span.data, "zip record");
-    if (crc32(bytes.data(), bytes.size()) != span.crc) {
-      fail("record '" + span.name + "' fails its CRC-32 check");
-    }
-    return std::string(bytes.begin(), bytes.end());
-  };
-  if (const Span* id = find(".data/serialization_id")) read_checked(*id);
-  const Span* version_record = find(".data/version");
-  if (version_record == nullptr) version_record = find("version");
-  if (version_record == nullptr) fail("the archive has no version record");
-  const std::string text = read_checked(*version_record);
-  // Read as std::stoull reads it: leading blanks, digits, anything after.
+/// The version record, read as PyTorchStreamReader reads it (std::stoull: leading blanks,
+/// digits, anything after), must name a format version this libtorch reads, as Python's
+/// torch.load requires.
+void check_version(const std::string& text) {
   std::size_t at = 0;
   while (at < text.size() && std::isspace(static_cast<unsigned char>(text[at]))) ++at;
   std::uint64_t version = 0;
@@ -231,7 +197,8 @@ void read_zip64_extra(const Bytes& cd, std::uint64_t extra, std::uint64_t extra_
 
 }  // namespace
 
-void check_zip_layout(const caffe2::serialize::ReadAdapterInterface& in) {
+ZipArchive::ZipArchive(const caffe2::serialize::ReadAdapterInterface& in, bool verify_crc32)
+    : in_(in), verify_crc32_(verify_crc32) {
   if (in.size() >= 8) {
     char magic[8];
     read_exactly(in, 0, magic, 8, "file header");
@@ -299,7 +266,12 @@ void check_zip_layout(const caffe2::serialize::ReadAdapterInterface& in) {
          " bytes after its last entry");
   }
   if (spans.empty()) fail("the zip archive is empty");
-  const std::string first_name = spans.front().name;
+  const std::string& first_name = spans.front().name;
+  const std::size_t slash = first_name.find('/');
+  if (slash == std::string::npos) {
+    fail("zip entry '" + first_name + "' is not in a folder, as torch.save's records are");
+  }
+  folder_ = folded(first_name.substr(0, slash + 1));
   std::sort(spans.begin(), spans.end(),
             [](const Span& a, const Span& b) { return a.begin < b.begin; });
   for (std::size_t i = 1; i < spans.size(); ++i) {
@@ -307,7 +279,45 @@ void check_zip_layout(const caffe2::serialize::ReadAdapterInterface& in) {
       fail("zip entries '" + spans[i - 1].name + "' and '" + spans[i].name + "' overlap");
     }
   }
-  check_reader_records(in, spans, first_name);
+  // torch.save with CRC-32s off records 0 for every record; a real CRC of 0 is checked anyway.
+  const bool any_crc = std::any_of(spans.begin(), spans.end(), [](const Span& s) { return s.crc; });
+  verify_crc32_ = verify_crc32_ && any_crc;
+  for (Span& span : spans) {
+    std::string key = folded(span.name);
+    records_.emplace(std::move(key),
+                     ZipRecord{std::move(span.name), span.data, span.end - span.data, span.crc});
+  }
+  const ZipRecord* version = find(".data/version");
+  if (version == nullptr) version = find("version");
+  if (version == nullptr) fail("the archive has no version record");
+  constexpr std::uint64_t kMaxVersionRecord = 4096;
+  if (version->size > kMaxVersionRecord) fail("record '" + version->name + "' is too long");
+  const at::DataPtr text = read(*version);
+  check_version(std::string(static_cast<const char*>(text.get()), version->size));
+}
+
+const ZipRecord* ZipArchive::find(const std::string& name) const {
+  auto found = records_.find(folder_ + folded(name));
+  return found == records_.end() ? nullptr : &found->second;
+}
+
+at::DataPtr ZipArchive::read(const ZipRecord& record) const {
+  at::DataPtr data = c10::GetCPUAllocator()->allocate(record.size);
+  auto* out = static_cast<unsigned char*>(data.get());
+  // Chunks small enough to stay in cache between the copy and the CRC: one pass over memory.
+  constexpr std::uint64_t kChunk = 1 << 20;
+  uLong crc = ::crc32_z(0, nullptr, 0);
+  for (std::uint64_t done = 0; done < record.size;) {
+    const std::uint64_t n = std::min(kChunk, record.size - done);
+    read_exactly(in_, record.data + done, out + done, static_cast<std::size_t>(n),
+                 ("record '" + record.name + "'").c_str());
+    if (verify_crc32_) crc = ::crc32_z(crc, out + done, static_cast<z_size_t>(n));
+    done += n;
+  }
+  if (verify_crc32_ && crc != record.crc) {
+    fail("record '" + record.name + "' fails its CRC-32 check (the file is damaged)");
+  }
+  return data;
 }
 
 }  // namespace detail

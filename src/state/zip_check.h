@@ -2,22 +2,54 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <c10/core/Allocator.h>
 #include <caffe2/serialize/read_adapter_interface.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
 
 namespace modhooks {
 namespace detail {
 
-/// Validates a zip archive's directory before libtorch's zip reader opens it.
+/// One stored record of a checked archive.
+struct ZipRecord {
+  std::string name;    // as the archive spells it, folder included
+  std::uint64_t data;  // where its bytes start in the file
+  std::uint64_t size;
+  std::uint32_t crc;  // the CRC-32 its central directory entry records
+};
+
+/// A torch.save zip archive, its directory checked before anything is read from it.
 ///
 /// libtorch's reader (miniz) allocates a record's uncompressed size as its central directory
 /// states it, and trusts that size for compressed and zip64 entries, so a few hostile bytes could
 /// ask for terabytes. torch.save stores every record uncompressed, so modhooks accepts only such
-/// archives: every entry stored, its sizes equal, its data inside the file, no two entries
+/// archives: the directory miniz would read (found through the zip64 end record where there is
+/// one), every entry stored, its sizes equal, its data inside the file, no two entries
 /// overlapping and no name twice (case-insensitively, as miniz looks names up). Then every record
-/// libtorch reads is bounded by the file, and all records together by the file's size. The
-/// records libtorch's reader reads while it is constructed are checked too (folder, version,
-/// CRCs), because that constructor leaks when it throws.
-void check_zip_layout(const caffe2::serialize::ReadAdapterInterface& in);
+/// is bounded by the file, and all records together by the file's size. modhooks reads the
+/// records itself from the checked directory, so what is checked is what is read.
+class ZipArchive {
+ public:
+  /// Checks the layout and the version record. With `verify_crc32`, every record read is checked
+  /// against its CRC-32, unless the archive records none (torch.save with
+  /// `torch.serialization.set_crc32_options(False)` writes 0 for every record).
+  ZipArchive(const caffe2::serialize::ReadAdapterInterface& in, bool verify_crc32);
+
+  /// The record `name` in the archive's folder ("data.pkl", "data/0"), found as miniz finds it:
+  /// case-insensitively. nullptr when there is none.
+  const ZipRecord* find(const std::string& name) const;
+
+  /// The record's bytes, CRC-32 checked; an error names the record.
+  at::DataPtr read(const ZipRecord& record) const;
+
+ private:
+  const caffe2::serialize::ReadAdapterInterface& in_;
+  std::unordered_map<std::string, ZipRecord> records_;  // by case-folded name
+  std::string folder_;                                  // case-folded, with its slash
+  bool verify_crc32_;
+};
 
 }  // namespace detail
 }  // namespace modhooks

@@ -192,6 +192,12 @@ def main(out_dir: pathlib.Path):
     save("views.pt", views)
 
     save("plain_dict.pt", dict(mlp().state_dict()))
+    # torch.save with CRC-32s off records 0 as every record's CRC-32.
+    torch.serialization.set_crc32_options(False)
+    try:
+        save("crc_off.pt", mlp().state_dict())
+    finally:
+        torch.serialization.set_crc32_options(True)
     torch.save(model_outputs(generator), out / "outputs.pt")
 
     big = out / "big_endian.pt"

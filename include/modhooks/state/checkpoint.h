@@ -14,11 +14,21 @@ namespace modhooks {
 /// written contiguous, from CPU copies; views do not keep their storage sharing.
 void save(const StateDict& state_dict, const std::string& path);
 
+/// How `load` reads a file.
+struct LoadOptions {
+  /// Checks every record of a torch.save file against the CRC-32 its zip entry records, in the
+  /// same pass that reads it (zlib's CRC-32, at about memory speed). A damaged file then fails
+  /// naming the record. Files written with `torch.serialization.set_crc32_options(False)` record
+  /// no CRC-32s and load unchecked either way. safetensors files carry no checksums.
+  bool verify_crc32 = true;
+};
+
 /// Reads a state dict that Python's `torch.save(model.state_dict(), path)` (or `safetensors`'
 /// `save_file`, for ".safetensors" paths) wrote. Tensors land on the CPU whatever device they
 /// were saved from; views keep sharing their storage. Only the objects a state dict is made of
 /// are accepted (allow-listed pickle globals); anything else, and any corrupt or truncated file,
 /// raises modhooks::Error naming the path and what was wrong.
 StateDict load(const std::string& path);
+StateDict load(const std::string& path, const LoadOptions& options);
 
 }  // namespace modhooks

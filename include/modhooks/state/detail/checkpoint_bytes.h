@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "modhooks/state/checkpoint.h"
 #include "modhooks/state/state_dict.h"
 
 namespace modhooks {
@@ -18,7 +19,8 @@ CheckpointFormat format_for_path(const std::string& path);
 /// `load` on an in-memory file: the entry point fuzzers and corruption tests drive. Every size
 /// and count is checked against the bytes present before anything is allocated, so hostile input
 /// ends in modhooks::Error, never in a crash or an allocation beyond the input's size.
-StateDict load_from_bytes(std::string_view bytes, CheckpointFormat format);
+StateDict load_from_bytes(std::string_view bytes, CheckpointFormat format,
+                          const LoadOptions& options = {});
 
 /// `save` into memory: the file's bytes.
 std::string save_to_bytes(const StateDict& state_dict, CheckpointFormat format);
