@@ -19,6 +19,7 @@
 #include <torch/nn/modules/linear.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -575,6 +576,61 @@ TEST(CheckpointHostile, RefusesBadSafetensorsHeaders) {
             std::string::npos);
   EXPECT_NE(error(file("{" + a, 8)).find("not valid JSON"), std::string::npos);
   EXPECT_NE(error(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10)).find("header length"),
+            std::string::npos);
+}
+
+/// A safetensors file of this header and `data` zero bytes.
+std::string safetensors_file(const std::string& header, std::size_t data) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(header.size() >> (8 * i));
+  return bytes + header + std::string(data, '\0');
+}
+
+TEST(CheckpointHostile, SafetensorsHeadersParseInLinearTime) {
+  // 100,000 entries took 25 s when every insertion searched the entries before it.
+  std::string header = "{";
+  constexpr int kEntries = 100000;
+  for (int i = 0; i < kEntries; ++i) {
+    header.append(i == 0 ? "\"t" : ",\"t").append(std::to_string(i));
+    header.append("\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[");
+    header.append(std::to_string(i)).append(",").append(std::to_string(i + 1)).append("]}");
+  }
+  header += "}";
+  const auto start = std::chrono::steady_clock::now();
+  const StateDict sd = modhooks::detail::load_from_bytes(safetensors_file(header, kEntries),
+                                                         CheckpointFormat::kSafetensors);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(sd.size(), static_cast<std::size_t>(kEntries));
+  EXPECT_LT(seconds, 5.0);
+  testing::Test::RecordProperty("seconds", std::to_string(seconds));
+}
+
+TEST(CheckpointHostile, SafetensorsHeadersAreTheJsonSafetensorsReads) {
+  auto error = [](const std::string& header) {
+    return message_of([&] {
+      modhooks::detail::load_from_bytes(safetensors_file(header, 8),
+                                        CheckpointFormat::kSafetensors);
+    });
+  };
+  const std::string a = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8])";
+  // Fields safetensors does not define are skipped, their nesting bounded.
+  EXPECT_EQ(modhooks::detail::load_from_bytes(
+                safetensors_file("{" + a + R"(,"x":[{"y":[1.5e3,null]}]}}   )", 8),
+                CheckpointFormat::kSafetensors)
+                .size(),
+            1u);
+  const std::string deep = std::string(100, '[') + std::string(100, ']');
+  EXPECT_NE(error("{" + a + ",\"x\":" + deep + "}}").find("nest deeper"), std::string::npos);
+  // Only spaces may follow the object: no NUL and whatever after it.
+  EXPECT_NE(error("{" + a + "}}" + std::string("\0garbage", 8)).find("only spaces may follow"),
+            std::string::npos);
+  EXPECT_NE(error("{" + a + "}," + a + "}}").find("names 'a' twice"), std::string::npos);
+  EXPECT_NE(error(R"({"a":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})")
+                .find("not a non-negative integer"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"\ud800":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})")
+                .find("lone surrogate"),
             std::string::npos);
 }
 

@@ -37,6 +37,10 @@ class MemoryReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
 void read_exactly(const caffe2::serialize::ReadAdapterInterface& in, std::uint64_t pos, void* buf,
                   std::size_t n, const char* what);
 
+/// Whether `s` is UTF-8. With `surrogates`, encoded UTF-16 surrogates count too, as they do for
+/// Python's unpickler ("surrogatepass"); JSON readers and Python's str.encode refuse them.
+bool is_utf8(std::string_view s, bool surrogates);
+
 /// Little-endian unsigned integer of `n` <= 8 bytes.
 inline std::uint64_t load_le(const unsigned char* p, int n) {
   std::uint64_t value = 0;
