@@ -403,6 +403,26 @@ TEST(CheckpointHostile, RefusesDeepNesting) {
   EXPECT_NE(message.find("nest deeper"), std::string::npos) << message;
 }
 
+TEST(CheckpointHostile, CheapOpcodesCannotFloodMemory) {
+  // One byte of NONE or EMPTY_DICT, two of BINGET, each made an object of 72 bytes and more:
+  // 75 to 150 times the file's size.
+  for (const std::string& op : {"N"s, "}"s, "h\x00"s}) {
+    std::string pickle = "\x80\x02N\x94";
+    for (int i = 0; i < 400000; ++i) pickle += op;
+    pickle += ".";
+    const std::string message = pickle_error(pickle);
+    EXPECT_NE(message.find("a state dict's pickle never needs that many"), std::string::npos)
+        << message;
+  }
+  // Objects that do not stay on the stack are charged against a budget of the file's size.
+  std::string pickle = "\x80\x02}";
+  for (int i = 0; i < 200000; ++i) pickle += "\x8c\x00N\x94s"s;  // d[''] = None, memoized
+  pickle += ".";
+  const std::string message = pickle_error(pickle);
+  EXPECT_NE(message.find("creates more objects than a file of its size"), std::string::npos)
+      << message;
+}
+
 TEST(CheckpointHostile, RefusesStoragesThatDisagreeWithTheirRecords) {
   // OrderedDict with 'w' = _rebuild_tensor_v2(FloatStorage '0' of `numel`, 0, (n,), (1,), ...)
   auto tensor_pickle = [](const std::string& numel, const std::string& size) {

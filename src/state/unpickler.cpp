@@ -23,6 +23,20 @@ namespace {
 /// the bound keeps destruction of nested values from recursing without limit.
 constexpr int kMaxDepth = 32;
 
+/// Python's picklers push at most 1,000 dict items between a MARK and its SETITEMS, so a state
+/// dict's pickle keeps a few thousand objects on the stack at most. Floods of cheap opcodes
+/// (NONE, EMPTY_DICT, BINGET: one or two bytes for an object of 72 bytes and more) pile objects
+/// on the stack and stop here.
+constexpr std::size_t kMaxStack = 1 << 16;
+
+/// What the unpickler's objects cost against its budget, in bytes, beyond their Value: the
+/// allocations behind a string, a tuple or dict, a memo entry, a tensor (its TensorImpl, sizes
+/// and strides, autograd slot).
+constexpr std::uint64_t kStringCost = 64;
+constexpr std::uint64_t kContainerCost = 64;
+constexpr std::uint64_t kMemoEntryCost = 128;
+constexpr std::uint64_t kTensorCost = 512;
+
 /// The callables and classes a state dict pickle may name.
 enum class Global {
   kOrderedDict,
@@ -90,8 +104,8 @@ struct Container {
 
 class Unpickler {
  public:
-  Unpickler(std::string_view data, const StorageLoader& load_storage)
-      : data_(data), load_storage_(load_storage) {}
+  Unpickler(std::string_view data, const StorageLoader& load_storage, std::uint64_t budget)
+      : data_(data), load_storage_(load_storage), budget_(budget), budget_limit_(budget) {}
 
   StateDict run();
 
@@ -134,6 +148,28 @@ class Unpickler {
     if (stack_.size() <= floor()) error("stack underflow");
     return stack_.back();
   }
+  void push(Value v) {
+    if (stack_.size() == kMaxStack) {
+      error("the stack holds " + std::to_string(kMaxStack) +
+            " objects; a state dict's pickle never needs that many at once");
+    }
+    charge(sizeof(Value));
+    stack_.push_back(std::move(v));
+  }
+  void memoize(std::uint64_t index) {
+    charge(kMemoEntryCost);
+    memo_[index] = top();
+  }
+  /// Counts `bytes` of objects created against the budget. Objects are charged when created and
+  /// never refunded, so the budget bounds the memory the pickle can make the unpickler hold.
+  void charge(std::uint64_t bytes) {
+    if (bytes > budget_) {
+      error("the pickle creates more objects than a file of its size can describe (" +
+            std::to_string(budget_limit_) + " bytes' worth)");
+    }
+    budget_ -= bytes;
+  }
+
   /// The items pushed since the last MARK, which is dropped.
   std::vector<Value> pop_to_mark() {
     if (marks_.empty()) error("no MARK to pop to");
@@ -163,6 +199,7 @@ class Unpickler {
   Value make_dict() {
     Value v;
     v.kind = Kind::kDict;
+    charge(kContainerCost);
     v.items = std::make_shared<Container>();
     return v;
   }
@@ -194,6 +231,8 @@ class Unpickler {
 
   std::string_view data_;
   const StorageLoader& load_storage_;
+  std::uint64_t budget_;
+  const std::uint64_t budget_limit_;
   std::size_t pos_ = 0;
   std::size_t op_offset_ = 0;
   std::vector<Value> stack_;
@@ -211,6 +250,7 @@ Value Unpickler::make_str(std::string_view bytes) {
   if (!is_utf8(bytes, /*surrogates=*/true)) error("string is not valid UTF-8");
   Value v;
   v.kind = Kind::kStr;
+  charge(kStringCost + bytes.size());
   v.text = std::make_shared<const std::string>(bytes);
   return v;
 }
@@ -218,6 +258,7 @@ Value Unpickler::make_str(std::string_view bytes) {
 Value Unpickler::make_tuple(std::vector<Value> items) {
   Value v;
   v.kind = Kind::kTuple;
+  charge(kContainerCost + items.size() * sizeof(Value));
   v.items = std::make_shared<Container>();
   for (const Value& item : items) nest(*v.items, item);
   v.items->items = std::move(items);
@@ -242,6 +283,7 @@ void Unpickler::set_item(Value& dict, Value key, Value value) {
     error("dict key is a " + std::string(kind_name(key.kind)) + ", not a str");
   }
   nest(*dict.items, value);
+  charge(2 * sizeof(Value));
   dict.items->items.push_back(std::move(key));
   dict.items->items.push_back(std::move(value));
 }
@@ -413,6 +455,7 @@ Value Unpickler::rebuild_tensor(const std::vector<Value>& args, bool v3) {
             " bytes");
     }
   }
+  charge(kTensorCost);
   at::Tensor t = at::empty({0}, at::TensorOptions().dtype(dtype));
   t.set_(storage.storage, offset, sizes, strides);
   if (args[4].number != 0) {
@@ -550,59 +593,60 @@ StateDict Unpickler::run() {
         return to_state_dict(result);
       }
       case '(':  // MARK
+        charge(sizeof(std::size_t));
         marks_.push_back(stack_.size());
         break;
       case 'N':  // NONE
-        stack_.emplace_back();
+        push(Value());
         break;
       case 0x88:  // NEWTRUE
-        stack_.push_back(make_bool(true));
+        push(make_bool(true));
         break;
       case 0x89:  // NEWFALSE
-        stack_.push_back(make_bool(false));
+        push(make_bool(false));
         break;
       case 'J':  // BININT: signed 32-bit
-        stack_.push_back(make_int(static_cast<std::int32_t>(read_uint(4))));
+        push(make_int(static_cast<std::int32_t>(read_uint(4))));
         break;
       case 'K':  // BININT1
-        stack_.push_back(make_int(static_cast<std::int64_t>(read_uint(1))));
+        push(make_int(static_cast<std::int64_t>(read_uint(1))));
         break;
       case 'M':  // BININT2
-        stack_.push_back(make_int(static_cast<std::int64_t>(read_uint(2))));
+        push(make_int(static_cast<std::int64_t>(read_uint(2))));
         break;
       case 0x8a: {  // LONG1: little-endian two's complement of n bytes
         const auto n = static_cast<int>(read_uint(1));
         if (n > 8) error("integer of " + std::to_string(n) + " bytes does not fit in 64 bits");
         std::uint64_t bits = n == 0 ? 0 : read_uint(n);
         if (n > 0 && n < 8 && (bits >> (8 * n - 1)) != 0) bits |= ~std::uint64_t{0} << (8 * n);
-        stack_.push_back(make_int(static_cast<std::int64_t>(bits)));
+        push(make_int(static_cast<std::int64_t>(bits)));
         break;
       }
       case 'X':  // BINUNICODE
-        stack_.push_back(make_str(take(read_uint(4))));
+        push(make_str(take(read_uint(4))));
         break;
       case 0x8c:  // SHORT_BINUNICODE
-        stack_.push_back(make_str(take(read_uint(1))));
+        push(make_str(take(read_uint(1))));
         break;
       case 0x8d:  // BINUNICODE8
-        stack_.push_back(make_str(take(read_uint(8))));
+        push(make_str(take(read_uint(8))));
         break;
       case ')':  // EMPTY_TUPLE
-        stack_.push_back(make_tuple({}));
+        push(make_tuple({}));
         break;
       case 0x85:    // TUPLE1
       case 0x86:    // TUPLE2
       case 0x87: {  // TUPLE3
         std::vector<Value> items(op - 0x84);
         for (auto it = items.rbegin(); it != items.rend(); ++it) *it = pop();
-        stack_.push_back(make_tuple(std::move(items)));
+        push(make_tuple(std::move(items)));
         break;
       }
       case 't':  // TUPLE
-        stack_.push_back(make_tuple(pop_to_mark()));
+        push(make_tuple(pop_to_mark()));
         break;
       case '}':  // EMPTY_DICT
-        stack_.push_back(make_dict());
+        push(make_dict());
         break;
       case 's': {  // SETITEM
         Value value = pop();
@@ -622,7 +666,7 @@ StateDict Unpickler::run() {
       case 'c': {  // GLOBAL
         std::string_view module = read_line();
         std::string_view name = read_line();
-        stack_.push_back(resolve_global(module, name));
+        push(resolve_global(module, name));
         break;
       }
       case 0x93: {  // STACK_GLOBAL
@@ -631,13 +675,13 @@ StateDict Unpickler::run() {
         if (module.kind != Kind::kStr || name.kind != Kind::kStr) {
           error("STACK_GLOBAL needs two strings");
         }
-        stack_.push_back(resolve_global(*module.text, *name.text));
+        push(resolve_global(*module.text, *name.text));
         break;
       }
       case 'R': {  // REDUCE
         Value args = pop();
         Value callable = pop();
-        stack_.push_back(reduce(callable, args));
+        push(reduce(callable, args));
         break;
       }
       case 'b': {  // BUILD
@@ -647,24 +691,24 @@ StateDict Unpickler::run() {
       }
       case 'Q': {  // BINPERSID
         Value pid = pop();
-        stack_.push_back(persistent_load(pid));
+        push(persistent_load(pid));
         break;
       }
       case 'q':  // BINPUT
-        memo_[read_uint(1)] = top();
+        memoize(read_uint(1));
         break;
       case 'r':  // LONG_BINPUT
-        memo_[read_uint(4)] = top();
+        memoize(read_uint(4));
         break;
       case 0x94:  // MEMOIZE
-        memo_[memo_.size()] = top();
+        memoize(memo_.size());
         break;
       case 'h':    // BINGET
       case 'j': {  // LONG_BINGET
         const std::uint64_t index = read_uint(op == 'h' ? 1 : 4);
         auto found = memo_.find(index);
         if (found == memo_.end()) error("memo index " + std::to_string(index) + " is unset");
-        stack_.push_back(found->second);
+        push(found->second);
         break;
       }
       default: {
@@ -680,8 +724,9 @@ StateDict Unpickler::run() {
 
 }  // namespace
 
-StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage) {
-  return Unpickler(pickle, load_storage).run();
+StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage,
+                              std::uint64_t budget) {
+  return Unpickler(pickle, load_storage, budget).run();
 }
 
 }  // namespace detail

@@ -26,9 +26,12 @@ using StorageLoader =
 /// and a handful of globals (collections.OrderedDict, the torch._utils tensor and parameter
 /// rebuild functions, torch.*Storage, torch.UntypedStorage, dtypes), so nothing in a file can
 /// run code. Every other global, opcode or object shape raises modhooks::Error naming it and
-/// its offset. Memory stays linear in the pickle's size: containers can neither nest deeper
-/// than a small bound nor contain themselves.
-StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage);
+/// its offset. Containers can neither nest deeper than a small bound nor contain themselves, and
+/// every object created (stack slot, memo entry, string, container, tensor) is charged at about
+/// its size against `budget` bytes: a pickle that asks for more fails instead of flooding memory
+/// with cheap opcodes.
+StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage,
+                              std::uint64_t budget);
 
 }  // namespace detail
 }  // namespace modhooks
