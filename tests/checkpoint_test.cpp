@@ -19,12 +19,17 @@
 #include <torch/nn/modules/linear.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <sstream>
 #include <string>
@@ -241,6 +246,31 @@ TEST(Checkpoint, RefusesWhatIsNotAStateDict) {
 TEST(Checkpoint, MissingFileNamesThePath) {
   const std::string message = message_of([] { modhooks::load("/nonexistent/model.pt"); });
   EXPECT_NE(message.find("/nonexistent/model.pt"), std::string::npos) << message;
+  EXPECT_NE(message.find("No such file or directory"), std::string::npos) << message;
+  EXPECT_EQ(message.find("enforce fail"), std::string::npos) << message;
+}
+
+TEST(Checkpoint, DirectoriesAndFifosAreRefusedWithoutBlocking) {
+  const std::string dir = testing::TempDir() + "modhooks_dir.pt";
+  ::mkdir(dir.c_str(), 0700);
+  std::string message = message_of([&] { modhooks::load(dir); });
+  EXPECT_NE(message.find(dir + "'): it is a directory"), std::string::npos) << message;
+  ::rmdir(dir.c_str());
+
+  const std::string fifo = testing::TempDir() + "modhooks_fifo.pt";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto loading =
+      std::async(std::launch::async, [&] { return message_of([&] { modhooks::load(fifo); }); });
+  if (loading.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // Opening the FIFO for writing releases a reader blocked in open().
+    const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    ADD_FAILURE() << "load blocked on a FIFO";
+    if (writer >= 0) ::close(writer);
+  }
+  message = loading.get();
+  EXPECT_NE(message.find("not a regular file"), std::string::npos) << message;
+  std::remove(fifo.c_str());
 }
 
 /// A state dict with everything save must handle: every dtype of dtypes.pt, views, a

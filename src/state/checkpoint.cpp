@@ -4,7 +4,9 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
-#include <caffe2/serialize/file_adapter.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -77,6 +79,50 @@ class FileSink final : public Sink {
   std::string temp_;
   std::FILE* file_;
   int error_ = 0;
+};
+
+/// The file `load` reads. It is opened without blocking, so a FIFO cannot stall the process
+/// waiting for a writer, and read only when it is a regular file.
+class FileReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit FileReadAdapter(const std::string& path)
+      : fd_(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)) {
+    if (fd_ < 0) fail(std::string("cannot open the file: ") + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) {
+      const int error = errno;
+      ::close(fd_);
+      fail(std::string("cannot stat the file: ") + std::strerror(error));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      fail(S_ISDIR(st.st_mode) ? "it is a directory, not a checkpoint file"
+                               : "it is not a regular file (a FIFO, socket or device)");
+    }
+    size_ = static_cast<std::size_t>(st.st_size);
+  }
+  ~FileReadAdapter() override { ::close(fd_); }
+  FileReadAdapter(const FileReadAdapter&) = delete;
+  FileReadAdapter& operator=(const FileReadAdapter&) = delete;
+
+  std::size_t size() const override { return size_; }
+  /// Short only at the end of the file or on an I/O error, which read_exactly reports.
+  std::size_t read(std::uint64_t pos, void* buf, std::size_t n,
+                   const char* /*what*/) const override {
+    std::size_t done = 0;
+    while (done < n) {
+      const ssize_t got =
+          ::pread(fd_, static_cast<char*>(buf) + done, n - done, static_cast<off_t>(pos + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      done += static_cast<std::size_t>(got);
+    }
+    return done;
+  }
+
+ private:
+  int fd_;
+  std::size_t size_ = 0;
 };
 
 void write(const StateDict& state_dict, CheckpointFormat format, Sink& out) {
@@ -161,8 +207,7 @@ StateDict load(const std::string& path) { return load(path, LoadOptions()); }
 
 StateDict load(const std::string& path, const LoadOptions& options) {
   return detail::with_context("modhooks::load('" + path + "')", [&] {
-    return detail::read(caffe2::serialize::FileAdapter(path), detail::format_for_path(path),
-                        options);
+    return detail::read(detail::FileReadAdapter(path), detail::format_for_path(path), options);
   });
 }
 
