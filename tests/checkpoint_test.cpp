@@ -453,6 +453,32 @@ TEST(CheckpointHostile, CheapOpcodesCannotFloodMemory) {
       << message;
 }
 
+/// Pickled `name`: _rebuild_tensor_v2(FloatStorage `storage` of 4, 0, (4,), (1,), False, {}).
+std::string float4_entry(const std::string& name, const std::string& storage) {
+  std::string out = "X"s + static_cast<char>(name.size()) + "\0\0\0"s + name;
+  out += "ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\n"s;
+  out += "X"s + static_cast<char>(storage.size()) + "\0\0\0"s + storage;
+  out += "X\x03\x00\x00\x00"s + "cpuK\x04tQK\x00K\x04\x85K\x01\x85\x89"s;
+  out += "ccollections\nOrderedDict\n)RtRs";
+  return out;
+}
+
+TEST(CheckpointHostile, OneRecordUnderTwoKeysIsRefused) {
+  const std::map<std::string, std::string> records = {{"a", std::string(16, '\0')}};
+  // One key twice is one storage, shared.
+  const StateDict sd = modhooks::detail::load_from_bytes(
+      archive(kOrderedDict + float4_entry("x", "a") + float4_entry("y", "a") + ".", records),
+      CheckpointFormat::kTorchSave);
+  EXPECT_TRUE(sd.at("x").storage().is_alias_of(sd.at("y").storage()));
+  std::string message =
+      pickle_error(kOrderedDict + float4_entry("x", "a") + float4_entry("y", "A") + ".", records);
+  EXPECT_NE(message.find("storage keys 'a' and 'A' name the same record"), std::string::npos)
+      << message;
+  message = pickle_error(kOrderedDict + float4_entry("x", "a") + float4_entry("y", "a\0x"s) + ".",
+                         records);
+  EXPECT_NE(message.find("NUL"), std::string::npos) << message;
+}
+
 TEST(CheckpointHostile, RefusesStoragesThatDisagreeWithTheirRecords) {
   // OrderedDict with 'w' = _rebuild_tensor_v2(FloatStorage '0' of `numel`, 0, (n,), (1,), ...)
   auto tensor_pickle = [](const std::string& numel, const std::string& size) {

@@ -239,10 +239,11 @@ class Unpickler {
   std::vector<std::size_t> marks_;
   std::unordered_map<std::uint64_t, Value> memo_;
   struct Loaded {
+    std::string key;
     c10::Storage storage;
     c10::ScalarType dtype;
   };
-  std::unordered_map<std::string, Loaded> storages_;
+  std::unordered_map<std::string, Loaded> storages_;  // by record name: the key, case-folded
 };
 
 Value Unpickler::make_str(std::string_view bytes) {
@@ -365,12 +366,20 @@ Value Unpickler::persistent_load(const Value& pid) {
   const std::int64_t numel = expect_int(f[4], "storage size");
   if (numel < 0) error("storage size is negative");
   const std::string& key = *f[2].text;
+  // Zip readers stop a record's name at a NUL byte and miniz compares names ignoring ASCII case,
+  // so "0\0x" or "A" and "a" would load one record twice, as two storages.
+  if (key.find('\0') != std::string::npos) error("storage key contains a NUL byte");
+  std::string record = key;
+  for (char& c : record) c = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
   Value v;
   v.kind = Kind::kStorage;
   v.global = f[1].global;
   v.dtype = f[1].dtype;
-  auto found = storages_.find(key);
+  auto found = storages_.find(record);
   if (found != storages_.end()) {
+    if (found->second.key != key) {
+      error("storage keys '" + found->second.key + "' and '" + key + "' name the same record");
+    }
     if (found->second.dtype != v.dtype) {
       error("storage '" + key + "' is used as " + c10::toString(found->second.dtype) + " and as " +
             c10::toString(v.dtype));
@@ -379,7 +388,7 @@ Value Unpickler::persistent_load(const Value& pid) {
     return v;
   }
   v.storage = load_storage_(key, v.dtype, static_cast<std::uint64_t>(numel));
-  storages_.emplace(key, Loaded{v.storage, v.dtype});
+  storages_.emplace(std::move(record), Loaded{key, v.storage, v.dtype});
   return v;
 }
 
