@@ -479,6 +479,20 @@ TEST(CheckpointHostile, OneRecordUnderTwoKeysIsRefused) {
   EXPECT_NE(message.find("NUL"), std::string::npos) << message;
 }
 
+TEST(CheckpointHostile, AParameterOfAMemoizedTensorLeavesItAlone) {
+  // 'x' is a tensor, memoized; 'y' = _rebuild_parameter(x, True, OrderedDict()).
+  std::string x = float4_entry("x", "a");
+  x.insert(x.size() - 1, "q\x00"s);
+  const std::string y = "X\x01\x00\x00\x00y"s + "ctorch._utils\n_rebuild_parameter\n(h\x00\x88"s +
+                        "ccollections\nOrderedDict\n)RtRs";
+  const StateDict sd = modhooks::detail::load_from_bytes(
+      archive(kOrderedDict + x + y + ".", {{"a", std::string(16, '\0')}}),
+      CheckpointFormat::kTorchSave);
+  EXPECT_FALSE(sd.at("x").requires_grad());
+  EXPECT_TRUE(sd.at("y").requires_grad());
+  EXPECT_TRUE(sd.at("x").storage().is_alias_of(sd.at("y").storage()));
+}
+
 TEST(CheckpointHostile, RefusesStoragesThatDisagreeWithTheirRecords) {
   // OrderedDict with 'w' = _rebuild_tensor_v2(FloatStorage '0' of `numel`, 0, (n,), (1,), ...)
   auto tensor_pickle = [](const std::string& numel, const std::string& size) {

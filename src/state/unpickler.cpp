@@ -489,7 +489,9 @@ Value Unpickler::rebuild_parameter(const std::vector<Value>& args) {
   }
   if (args[1].kind != Kind::kBool) error("requires_grad is not a bool");
   expect_no_hooks(args[2]);
-  at::Tensor t = args[0].tensor;
+  // A new tensor on the same storage, as Python's Parameter(data) is: the data may be memoized
+  // and stand under another key too, whose requires_grad must not change.
+  at::Tensor t = args[0].tensor.detach();
   const bool requires_grad = args[1].number != 0;
   if (requires_grad && !c10::isFloatingType(t.scalar_type()) &&
       !c10::isComplexType(t.scalar_type())) {
