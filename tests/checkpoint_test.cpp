@@ -364,6 +364,27 @@ TEST(Checkpoint, SaveRefusesWhatItCannotWrite) {
   EXPECT_FALSE(std::ifstream(fixture("never.pt")).good());
 }
 
+TEST(Checkpoint, SaveRefusesKeysPythonCannotReadAndSizesBeyondInt64) {
+  for (const auto format : {CheckpointFormat::kTorchSave, CheckpointFormat::kSafetensors}) {
+    StateDict bad_key;
+    bad_key.insert_or_assign("w\xff", at::ones({2}));
+    std::string message = message_of([&] { modhooks::detail::save_to_bytes(bad_key, format); });
+    EXPECT_NE(message.find("is not valid UTF-8"), std::string::npos) << message;
+    // Contiguous strides of (0, 2^40, 2^40) overflow int64 (UBSan caught the writers).
+    StateDict huge;
+    huge.insert_or_assign("w",
+                          at::ones({1}).expand({0, std::int64_t{1} << 40, std::int64_t{1} << 40}));
+    message = message_of([&] { modhooks::detail::save_to_bytes(huge, format); });
+    EXPECT_NE(message.find("too large to write contiguously"), std::string::npos) << message;
+  }
+  StateDict bad_metadata;
+  bad_metadata.insert_or_assign("w", at::ones({2}));
+  bad_metadata.metadata().insert_or_assign("m\xc3", modhooks::Metadata{{"version", 1}});
+  const std::string message = message_of(
+      [&] { modhooks::detail::save_to_bytes(bad_metadata, CheckpointFormat::kTorchSave); });
+  EXPECT_NE(message.find("is not valid UTF-8"), std::string::npos) << message;
+}
+
 TEST(Checkpoint, FailedSaveKeepsTheOldFile) {
   const std::string path = fixture("keep.pt");
   StateDict good;

@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -154,7 +156,14 @@ auto with_context(const std::string& context, Body body) -> decltype(body()) {
 
 }  // namespace
 
+void check_utf8(const std::string& what, const std::string& text) {
+  if (!is_utf8(text, /*surrogates=*/false)) {
+    fail(what + " is not valid UTF-8; Python could not read it back");
+  }
+}
+
 const DtypeNames& checked_dtype(const std::string& key, const at::Tensor& tensor) {
+  check_utf8("state dict key '" + key + "'", key);
   if (!tensor.defined()) fail("state dict entry '" + key + "' is an undefined tensor");
   if (tensor.layout() != c10::kStrided || tensor.is_quantized()) {
     fail("state dict entry '" + key + "' is not a dense tensor");
@@ -163,6 +172,18 @@ const DtypeNames& checked_dtype(const std::string& key, const at::Tensor& tensor
   if (names == nullptr) {
     fail("state dict entry '" + key + "' has dtype " + c10::toString(tensor.scalar_type()) +
          ", which checkpoints cannot hold");
+  }
+  // The writers compute contiguous strides and byte sizes from the sizes (empty dimensions
+  // counting as 1, as torch's strides do): they must fit in int64, which a stride-0 view of a
+  // few bytes can exceed.
+  std::uint64_t extent = tensor.element_size();
+  for (const std::int64_t size : tensor.sizes()) {
+    if (mul_overflows(extent, static_cast<std::uint64_t>(std::max<std::int64_t>(size, 1)),
+                      &extent) ||
+        extent > static_cast<std::uint64_t>(INT64_MAX)) {
+      fail("state dict entry '" + key + "' of size " + c10::str(tensor.sizes()) +
+           " is too large to write contiguously");
+    }
   }
   return *names;
 }

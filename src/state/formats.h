@@ -33,8 +33,12 @@ void write_safetensors(const StateDict& state_dict, Sink& out);
 
 struct DtypeNames;
 
+/// Fails unless `text` (a key, named by `what` in the error) is UTF-8, as Python's str is.
+void check_utf8(const std::string& what, const std::string& text);
+
 /// The dtype entry of a tensor `save` can write; throws modhooks::Error naming the key for
-/// tensors no checkpoint can hold (undefined, sparse, quantized, or of an unknown dtype).
+/// tensors no checkpoint can hold (undefined, sparse, quantized, of an unknown dtype, too large
+/// to write contiguously) and for keys that are not UTF-8.
 const DtypeNames& checked_dtype(const std::string& key, const at::Tensor& tensor);
 
 /// The tensor `save` writes for `key`: on the CPU, contiguous, conjugation and negation

@@ -158,9 +158,11 @@ std::string pickle_state_dict(const StateDict& sd) {
     w.str("_metadata");
     w.new_ordered_dict();
     for (const auto& [prefix, metadata] : sd.metadata()) {
+      check_utf8("_metadata prefix '" + prefix + "'", prefix);
       w.str(prefix);
       w.empty_dict();
       for (const auto& [name, value] : metadata) {
+        check_utf8("_metadata['" + prefix + "'] key '" + name + "'", name);
         w.str(name);
         w.integer(value);
         w.set_item();
