@@ -51,6 +51,9 @@ constexpr bool kHasNewDtypes = true;
 #else
 constexpr bool kHasNewDtypes = false;
 #endif
+// float8_e8m0fnu came with libtorch 2.7, float4_e2m1fn_x2 with 2.8.
+#define MODHOOKS_TEST_NEWEST_DTYPES \
+  (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8))
 
 std::string fixture(const std::string& name) {
   return std::string(MODHOOKS_FIXTURES) + "/checkpoints/" + name;
@@ -84,6 +87,7 @@ std::string dtype_name(c10::ScalarType type) {
     {c10::kBool, "bool"},
     {c10::kComplexFloat, "complex64"},
     {c10::kComplexDouble, "complex128"},
+    {c10::kComplexHalf, "complex32"},
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
     {c10::ScalarType::UInt16, "uint16"},
     {c10::ScalarType::UInt32, "uint32"},
@@ -92,6 +96,10 @@ std::string dtype_name(c10::ScalarType type) {
     {c10::ScalarType::Float8_e5m2, "float8_e5m2"},
     {c10::ScalarType::Float8_e4m3fnuz, "float8_e4m3fnuz"},
     {c10::ScalarType::Float8_e5m2fnuz, "float8_e5m2fnuz"},
+#endif
+#if MODHOOKS_TEST_NEWEST_DTYPES
+    {c10::ScalarType::Float8_e8m0fnu, "float8_e8m0fnu"},
+    {c10::ScalarType::Float4_e2m1fn_x2, "float4_e2m1fn_x2"},
 #endif
   };
   auto found = names.find(type);
@@ -151,7 +159,7 @@ void expect_matches(const StateDict& sd, const Json& want, bool layout) {
 
 TEST(Checkpoint, LoadsPythonTorchSaveFiles) {
   for (const char* name : {"mlp.pt", "cnn.pt", "parameters.pt", "dtypes.pt", "views.pt",
-                           "plain_dict.pt", "big_endian.pt", "crc_off.pt"}) {
+                           "plain_dict.pt", "big_endian.pt", "crc_off.pt", "empty_views.pt"}) {
     SCOPED_TRACE(name);
     expect_matches(modhooks::load(fixture(name)), expected()[name], /*layout=*/true);
   }
@@ -231,6 +239,20 @@ TEST(Checkpoint, NewDtypesLoadWhereLibtorchHasThem) {
                 modhooks::load(fixture("tensors_new.safetensors"));
               }).find("is not one this libtorch has"),
               std::string::npos);
+  }
+}
+
+TEST(Checkpoint, NewestDtypesLoadWhereLibtorchHasThem) {
+  if (MODHOOKS_TEST_NEWEST_DTYPES) {
+    expect_matches(modhooks::load(fixture("dtypes_newest.pt")), expected()["dtypes_newest.pt"],
+                   true);
+    expect_matches(modhooks::load(fixture("tensors_e8m0.safetensors")),
+                   expected()["tensors_e8m0.safetensors"], false);
+  } else {
+    const std::string message = message_of([] { modhooks::load(fixture("dtypes_newest.pt")); });
+    EXPECT_NE(message.find("dtype 'torch.float8_e8m0fnu' is not one this libtorch"),
+              std::string::npos)
+        << message;
   }
 }
 

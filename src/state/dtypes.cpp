@@ -24,6 +24,7 @@ constexpr DtypeNames kDtypes[] = {
     {ScalarType::Bool, "bool", "BoolStorage", "BOOL"},
     {ScalarType::ComplexFloat, "complex64", "ComplexFloatStorage", "C64"},
     {ScalarType::ComplexDouble, "complex128", "ComplexDoubleStorage", ""},
+    {ScalarType::ComplexHalf, "complex32", "", ""},
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
     {ScalarType::UInt16, "uint16", "", "U16"},
     {ScalarType::UInt32, "uint32", "", "U32"},
@@ -33,7 +34,19 @@ constexpr DtypeNames kDtypes[] = {
     {ScalarType::Float8_e4m3fnuz, "float8_e4m3fnuz", "", "F8_E4M3FNUZ"},
     {ScalarType::Float8_e5m2fnuz, "float8_e5m2fnuz", "", "F8_E5M2FNUZ"},
 #endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7)
+    {ScalarType::Float8_e8m0fnu, "float8_e8m0fnu", "", "F8_E8M0"},
+#endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+    {ScalarType::Float4_e2m1fn_x2, "float4_e2m1fn_x2", "", ""},
+#endif
 };
+
+/// Every dtype name the table holds with the newest libtorch, so that a file naming one the
+/// linked libtorch lacks gets an error that says so.
+constexpr std::string_view kNewerDtypeNames[] = {
+    "uint16",          "uint32",          "uint64",         "float8_e4m3fn",   "float8_e5m2",
+    "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2"};
 
 template <class Match>
 const DtypeNames* find_if(Match match) {
@@ -51,6 +64,13 @@ const DtypeNames* find_dtype(c10::ScalarType type) {
 
 const DtypeNames* find_dtype_by_torch_name(std::string_view name) {
   return find_if([&](const DtypeNames& e) { return e.torch_name == name; });
+}
+
+bool is_newer_dtype_name(std::string_view name) {
+  for (std::string_view newer : kNewerDtypeNames) {
+    if (newer == name) return true;
+  }
+  return false;
 }
 
 const DtypeNames* find_dtype_by_storage_class(std::string_view name) {

@@ -27,6 +27,8 @@ struct DtypeNames {
 const DtypeNames* find_dtype(c10::ScalarType type);
 const DtypeNames* find_dtype_by_torch_name(std::string_view name);
 const DtypeNames* find_dtype_by_storage_class(std::string_view name);
+/// Whether `name` is a `torch.<name>` dtype of a newer libtorch than the linked one may be.
+bool is_newer_dtype_name(std::string_view name);
 const DtypeNames* find_dtype_by_safetensors_name(std::string_view name);
 
 }  // namespace detail

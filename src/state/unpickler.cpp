@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <torch/csrc/api/include/torch/version.h>
 
 #include <algorithm>
 #include <memory>
@@ -342,6 +343,10 @@ Value Unpickler::resolve_global(std::string_view module, std::string_view name) 
       v.dtype = d->type;
       return v;
     }
+    if (is_newer_dtype_name(name)) {
+      error("dtype 'torch." + std::string(name) + "' is not one this libtorch (" + TORCH_VERSION +
+            ") has");
+    }
   }
   error("global '" + std::string(module) + "." + std::string(name) +
         "' is not allowed: a state dict holds only OrderedDicts, tensors and their storages");
@@ -380,7 +385,8 @@ Value Unpickler::persistent_load(const Value& pid) {
     if (found->second.key != key) {
       error("storage keys '" + found->second.key + "' and '" + key + "' name the same record");
     }
-    if (found->second.dtype != v.dtype) {
+    // torch.save checks that views of a storage share its dtype, except for empty storages.
+    if (found->second.dtype != v.dtype && found->second.storage.nbytes() != 0) {
       error("storage '" + key + "' is used as " + c10::toString(found->second.dtype) + " and as " +
             c10::toString(v.dtype));
     }

@@ -192,6 +192,16 @@ def main(out_dir: pathlib.Path):
     save("views.pt", views)
 
     save("plain_dict.pt", dict(mlp().state_dict()))
+    # dtypes torch.save writes through _rebuild_tensor_v3 that only the newest libtorch has.
+    raw = torch.randint(0, 256, (3, 4), generator=generator, dtype=torch.uint8)
+    save("dtypes_newest.pt", collections.OrderedDict(
+        complex32=sample(torch.complex64, (2, 3), generator).to(torch.complex32),
+        float8_e8m0fnu=raw.view(torch.float8_e8m0fnu),
+        float4_e2m1fn_x2=raw.clone().view(torch.float4_e2m1fn_x2)))
+    # An empty tensor and its view as another dtype share an empty storage, which torch.save
+    # writes under one key with two storage types.
+    empty = torch.empty(0)
+    save("empty_views.pt", collections.OrderedDict(e=empty, v=empty.view(torch.int32)))
     # torch.save with CRC-32s off records 0 as every record's CRC-32.
     torch.serialization.set_crc32_options(False)
     try:
@@ -215,6 +225,11 @@ def main(out_dir: pathlib.Path):
     # Python's load_file order (the file's layout order) is the order modhooks must give too.
     expected["tensors.safetensors"] = describe(
         safetensors.torch.load_file(out / "tensors.safetensors"))
+    e8m0 = collections.OrderedDict(
+        a=torch.randint(0, 256, (2, 3), generator=generator, dtype=torch.uint8).view(
+            torch.float8_e8m0fnu))
+    safetensors.torch.save_file(e8m0, out / "tensors_e8m0.safetensors")
+    expected["tensors_e8m0.safetensors"] = describe(e8m0)
     st_new = collections.OrderedDict(
         (dtype_name(d), sample(d, (2, 3), generator)) for d in SAFETENSORS_NEW_DTYPES)
     safetensors.torch.save_file(st_new, out / "tensors_new.safetensors")
