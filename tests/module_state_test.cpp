@@ -642,3 +642,15 @@ TEST(StateDictVersions, AModulesOwnVersionReachesItsStateDictAndItsUpgradeHook) 
   EXPECT_THROWS_WITH(modhooks::load_state_dict(linear, old),
                      "Missing key(s) in state_dict: \"weight\"");
 }
+
+TEST(StateDictHooks, AModuleNoSharedPtrOwnsTakesBuffersButNoHooks) {
+  // Constructors register non-persistent buffers before a holder owns the module: allowed.
+  // Hooks are refused there, as for call hooks (see register_test).
+  struct OnStackImpl : torch::nn::Module {
+    OnStackImpl() { modhooks::register_buffer(*this, "scratch", at::zeros({2}), false); }
+  } on_stack;
+  EXPECT_FALSE(modhooks::state_dict(on_stack).contains("scratch"));
+  EXPECT_THROWS_WITH(modhooks::register_state_dict_pre_hook(
+                         on_stack, [](torch::nn::Module&, const std::string&, bool) {}),
+                     "cannot be tied to its lifetime");
+}

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <torch/nn/modules/linear.h>
+
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "nets.h"
@@ -253,6 +256,29 @@ TEST(RemovableHandle, HarmlessAfterItsModuleWasDestroyed) {
   EXPECT_EQ(calls, 1);
   auto hooks = modhooks::detail::find_hooks(*fresh);
   EXPECT_TRUE(hooks == nullptr || hooks->forward.empty());
+}
+
+TEST(RemovableHandle, AModuleNoSharedPtrOwnsCannotTakeHooks) {
+  // A module on the stack cannot tell its death: a module built later at its address would
+  // inherit hooks whose captures are gone. Registration is refused, naming the module.
+  torch::nn::LinearImpl on_stack(2, 2);
+  const std::string why = "a hook on Linear cannot be tied to its lifetime";
+  EXPECT_THROWS_WITH(modhooks::register_forward_hook(
+                         on_stack, [](torch::nn::Module&, const IValues&, const c10::IValue&) {}),
+                     why);
+  EXPECT_THROWS_WITH(
+      modhooks::register_forward_pre_hook(on_stack, [](torch::nn::Module&, const IValues&) {}),
+      why);
+  EXPECT_THROWS_WITH(modhooks::register_full_backward_hook(
+                         on_stack, [](torch::nn::Module&, const modhooks::TensorList&,
+                                      const modhooks::TensorList&) {}),
+                     why);
+  EXPECT_EQ(modhooks::detail::find_hooks(on_stack), nullptr);
+  // The same module owned by a shared_ptr takes them.
+  auto owned = std::make_shared<torch::nn::LinearImpl>(2, 2);
+  ScopedHandle fine(modhooks::register_forward_hook(
+      owned, [](torch::nn::Module&, const IValues&, const c10::IValue&) {}));
+  EXPECT_NE(modhooks::detail::find_hooks(*owned), nullptr);
 }
 
 TEST(ForwardHooks, HookWrittenForTheConcreteModuleType) {

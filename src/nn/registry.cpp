@@ -23,6 +23,14 @@ std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module) {
   });
 }
 
+void fail_unowned(const torch::nn::Module& module) {
+  fail("modhooks: a hook on " + python_class_name(module) +
+       " cannot be tied to its lifetime: the module is not owned by a std::shared_ptr (it lives "
+       "on the stack or by value, or its constructor is still running), so a module built later "
+       "at its address would inherit the hook. Hold it in its holder (torch::nn::Linear) or a "
+       "std::shared_ptr, and register hooks after construction.");
+}
+
 std::string python_class_name(const torch::nn::Module& module) {
   std::string name = module.name();
   name.resize(std::min(name.size(), name.find('<')));  // a template's arguments are not its name

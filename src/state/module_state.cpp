@@ -139,6 +139,10 @@ std::shared_ptr<NnStateHooks> state_hooks_for(torch::nn::Module& module) {
   return entry_for(table_of<NnStateHooks>(), module);
 }
 
+std::shared_ptr<NnStateHooks> state_data_for(torch::nn::Module& module) {
+  return data_entry_for(table_of<NnStateHooks>(), module);
+}
+
 }  // namespace detail
 
 StateDict state_dict(torch::nn::Module& module, const std::string& prefix, bool keep_vars) {

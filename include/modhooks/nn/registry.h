@@ -18,21 +18,35 @@ namespace detail {
 
 using NnHooks = ModuleHooks<torch::nn::Module>;
 
-/// The entry of `module` in `table`, created on first use. A module is identified by its address
+/// "a hook on Linear cannot be tied to its lifetime ...": what `entry_for` throws.
+[[noreturn]] void fail_unowned(const torch::nn::Module& module);
+
+/// The entry of `module` in `table` for data that outlives no one (names of non-persistent
+/// buffers, a state-dict version), created on first use. A module is identified by its address
 /// and, when a shared_ptr owns it (as every ModuleHolder does), by that ownership, so entries
-/// never pass to a new module built where a dead one was.
+/// never pass to a new module built where a dead one was. A module not owned by a shared_ptr
+/// (on the stack, or inside its constructor) cannot tell its death: its entry lives as long as
+/// the process.
 template <class Hooks, class... Make>
-std::shared_ptr<Hooks> entry_for(ModuleTable<Hooks>& table, torch::nn::Module& module,
-                                 Make&&... make) {
+std::shared_ptr<Hooks> data_entry_for(ModuleTable<Hooks>& table, torch::nn::Module& module,
+                                      Make&&... make) {
   std::weak_ptr<torch::nn::Module> owner = module.weak_from_this();
   if (owner.expired()) {
-    // Not owned by a shared_ptr (a module on the stack): nothing can tell its death, so its
-    // entry lives as long as the process unless its handles remove the hooks.
     return table.get_or_create(
         &module, [] { return true; }, std::forward<Make>(make)...);
   }
   return table.get_or_create(
       &module, [owner] { return !owner.expired(); }, std::forward<Make>(make)...);
+}
+
+/// The same for hook tables. Hooks capture what their module's user gave them, so an entry
+/// that could pass to a new module at a dead one's address would call hooks whose captures
+/// are gone: a module not owned by a shared_ptr is refused.
+template <class Hooks, class... Make>
+std::shared_ptr<Hooks> entry_for(ModuleTable<Hooks>& table, torch::nn::Module& module,
+                                 Make&&... make) {
+  if (module.weak_from_this().expired()) fail_unowned(module);
+  return data_entry_for(table, module, std::forward<Make>(make)...);
 }
 
 /// The hook tables of `module`, or null when it has none.

@@ -61,8 +61,14 @@ using JitStateHooks = StateHooks<torch::jit::Module>;
 /// The state tables of `module`, or null / created on first use.
 std::shared_ptr<NnStateHooks> find_state_hooks(const torch::nn::Module& module);
 std::shared_ptr<NnStateHooks> state_hooks_for(torch::nn::Module& module);
+/// The same entry for the data beside the hooks (non-persistent buffers, version), which
+/// modules not owned by a shared_ptr may have too: their constructors register buffers.
+std::shared_ptr<NnStateHooks> state_data_for(torch::nn::Module& module);
 std::shared_ptr<JitStateHooks> find_state_hooks(const torch::jit::Module& module);
 std::shared_ptr<JitStateHooks> state_hooks_for(torch::jit::Module& module);
+inline std::shared_ptr<JitStateHooks> state_data_for(torch::jit::Module& module) {
+  return state_hooks_for(module);  // a TorchScript object is always owned
+}
 
 }  // namespace detail
 
@@ -121,7 +127,7 @@ RemovableHandle register_load_state_dict_post_hook(M&& module, F hook) {
 template <class M, detail::IfModule<M> = 0>
 void register_buffer(M&& module, std::string name, at::Tensor tensor, bool persistent = true) {
   auto& m = detail::module_ref(module);
-  auto state = detail::state_hooks_for(m);
+  auto state = detail::state_data_for(m);
   {
     std::lock_guard<std::mutex> lock(state->mutex);
     if (persistent) {
@@ -152,7 +158,7 @@ void register_buffer(M&& module, std::string name, at::Tensor tensor, bool persi
 /// \endcode
 template <class M, detail::IfModule<M> = 0>
 void set_state_dict_version(M&& module, std::int64_t version) {
-  auto state = detail::state_hooks_for(detail::module_ref(module));
+  auto state = detail::state_data_for(detail::module_ref(module));
   std::lock_guard<std::mutex> lock(state->mutex);
   state->version = version;
 }
