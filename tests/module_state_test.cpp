@@ -4,6 +4,7 @@
 #include "modhooks/state/module_state.h"
 
 #include <gtest/gtest.h>
+#include <torch/nn/functional.h>  // libtorch 1.13: before the modules that use it
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>

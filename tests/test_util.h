@@ -37,13 +37,19 @@ std::string message_of(const std::function<void()>& f) {
   return "";
 }
 
+#if TORCH_VERSION_MAJOR >= 2
+namespace warning_api = c10::WarningUtils;
+#else
+namespace warning_api = c10::Warning;  // libtorch 1.13's name
+#endif
+
 /// Collects what TORCH_WARN reports on this thread while it lives.
 class WarningCapture : public c10::WarningHandler {
  public:
-  WarningCapture() : previous_(c10::WarningUtils::get_warning_handler()) {
-    c10::WarningUtils::set_warning_handler(this);
+  WarningCapture() : previous_(warning_api::get_warning_handler()) {
+    warning_api::set_warning_handler(this);
   }
-  ~WarningCapture() override { c10::WarningUtils::set_warning_handler(previous_); }
+  ~WarningCapture() override { warning_api::set_warning_handler(previous_); }
   WarningCapture(const WarningCapture&) = delete;
   WarningCapture& operator=(const WarningCapture&) = delete;
 

@@ -5,6 +5,7 @@
 #include <c10/util/Type.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/nn/functional.h>  // libtorch 1.13: before the modules that use it
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/instancenorm.h>
 
