@@ -516,14 +516,19 @@ struct MetaNetImpl : torch::nn::Module {
   at::Tensor weight, frozen, stats;
 };
 TORCH_MODULE(MetaNet);
-}  // namespace
 
-TEST(LoadStateDictMeta, AssignMaterialisesAMetaModelWithPythonsRules) {
-  MetaNet net;
+StateDict real_state_of_meta_net() {
   StateDict sd;
   sd.insert_or_assign("weight", at::randn({2, 3}));
   sd.insert_or_assign("frozen", at::randn({3}));
   sd.insert_or_assign("stats", at::randn({3}));
+  return sd;
+}
+}  // namespace
+
+TEST(LoadStateDictMeta, AssignMaterialisesAMetaModelWithPythonsRules) {
+  MetaNet net;
+  const StateDict sd = real_state_of_meta_net();
   const at::Tensor weight = net->weight;
   modhooks::load_state_dict(net, sd, /*strict=*/true, /*assign=*/true);
   // The model's tensors are the same objects, now on the CPU with the checkpoint's storage;
@@ -543,10 +548,7 @@ TEST(LoadStateDictMeta, AssignMaterialisesAMetaModelWithPythonsRules) {
 
 TEST(LoadStateDictMeta, AFailedAssignPutsTheMetaTensorsBack) {
   MetaNet net;
-  StateDict sd;
-  sd.insert_or_assign("weight", at::randn({2, 3}));
-  sd.insert_or_assign("frozen", at::randn({3}));
-  sd.insert_or_assign("stats", at::randn({3}));
+  const StateDict sd = real_state_of_meta_net();
   FailCopy fail(2);
   EXPECT_THROW(modhooks::load_state_dict(net, sd, true, /*assign=*/true), modhooks::Error);
   EXPECT_TRUE(net->weight.is_meta());
@@ -556,10 +558,7 @@ TEST(LoadStateDictMeta, AFailedAssignPutsTheMetaTensorsBack) {
 
 TEST(LoadStateDictMeta, CopyingIntoAMetaTensorWarnsAsPythonDoes) {
   MetaNet net;
-  StateDict sd;
-  sd.insert_or_assign("weight", at::randn({2, 3}));
-  sd.insert_or_assign("frozen", at::randn({3}));
-  sd.insert_or_assign("stats", at::randn({3}));
+  const StateDict sd = real_state_of_meta_net();
   WarningCapture warnings;
   modhooks::load_state_dict(net, sd);
   EXPECT_TRUE(net->weight.is_meta());
