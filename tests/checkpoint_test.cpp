@@ -646,6 +646,16 @@ TEST(CheckpointHostile, RefusesASecondDirectoryBehindTheZip64Record) {
       << message;
 }
 
+TEST(CheckpointHostile, RefusesDirectoryEntries) {
+  // miniz, Python's zip reader, reads an entry with the MS-DOS directory attribute as empty.
+  std::string flagged = read_file(fixture("mlp.pt"));
+  const std::size_t entry = central_entry(flagged, "/version");
+  put_le(flagged, entry + 38, get_le(flagged, entry + 38, 4) | 0x10, 4);
+  const std::string message =
+      message_of([&] { modhooks::detail::load_from_bytes(flagged, CheckpointFormat::kTorchSave); });
+  EXPECT_NE(message.find("'mlp/version' is a directory"), std::string::npos) << message;
+}
+
 TEST(CheckpointHostile, DamagedRecordsFailTheirCrc32) {
   const std::string original = read_file(fixture("mlp.pt"));
   const std::size_t entry = central_entry(original, "data/0");

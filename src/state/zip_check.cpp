@@ -233,6 +233,11 @@ ZipArchive::ZipArchive(const caffe2::serialize::ReadAdapterInterface& in, bool v
     read_zip64_extra(cd, at + kCentralSize + name_size, extra_size, name, &uncompressed,
                      &compressed, &local);
     if (flags & 1) fail("zip entry '" + name + "' is encrypted");
+    // miniz (Python's reader) reads a directory entry as empty, whatever its data: one that
+    // ends in '/' or carries the MS-DOS directory attribute. torch.save writes none.
+    if ((!name.empty() && name.back() == '/') || (le(cd, at + 38, 4) & 0x10) != 0) {
+      fail("zip entry '" + name + "' is a directory; torch.save archives hold only records");
+    }
     if (method != 0) {
       fail("zip entry '" + name + "' is compressed (method " + std::to_string(method) +
            "); torch.save stores records uncompressed and only such archives are read");
