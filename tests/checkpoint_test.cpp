@@ -749,6 +749,23 @@ TEST(CheckpointHostile, SafetensorsHeadersParseInLinearTime) {
   testing::Test::RecordProperty("seconds", std::to_string(seconds));
 }
 
+TEST(Checkpoint, SafetensorsHeadersAreWrittenInLinearTime) {
+  // 100,000 entries took 31 s when every key searched the keys before it.
+  StateDict sd;
+  constexpr int kEntries = 100000;
+  for (int i = 0; i < kEntries; ++i) {
+    sd.insert_or_assign(std::string("t").append(std::to_string(i)), at::ones({1}));
+  }
+  sd.insert_or_assign("quote\" back\\slash \x01 \xc3\xa9", at::ones({2}));
+  const auto start = std::chrono::steady_clock::now();
+  const std::string bytes = modhooks::detail::save_to_bytes(sd, CheckpointFormat::kSafetensors);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 5.0);
+  const StateDict back = modhooks::detail::load_from_bytes(bytes, CheckpointFormat::kSafetensors);
+  EXPECT_EQ(back.keys(), sd.keys());
+}
+
 TEST(CheckpointHostile, SafetensorsHeadersAreTheJsonSafetensorsReads) {
   auto error = [](const std::string& header) {
     return message_of([&] {
