@@ -3,7 +3,8 @@
 //     tensors detached, load_state_dict() against a named_parameters() + copy_ loop;
 //   - a 512 MiB model (8 x Linear(4096,4096)): load_state_dict() against the same copy_ loop, as
 //     bytes per second;
-//   - load() of a 512 MiB file written by Python's torch.save against fread of its bytes.
+//   - load() of a 512 MiB file written by Python's torch.save against fread of its bytes, and
+//     with its CRC-32 check (the default) against without.
 // Python's figures for the same cases (its load_state_dict, its copy_ loop, torch.load of the
 // same file) come from bench/python_state_bench.py, which writes that file (run-bench.sh).
 #include <ATen/core/grad_mode.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "modhooks/modhooks.h"
+#include "paired.h"
 
 namespace {
 
@@ -130,6 +132,19 @@ void BM_512MiBFile_Load(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kBigBytes);
 }
 BENCHMARK(BM_512MiBFile_Load)->Unit(benchmark::kMillisecond);
+
+/// What the CRC-32 check costs: `load` as it is by default, timed in alternation with `load`
+/// told not to check.
+void BM_512MiBFile_LoadChecked_vs_Unchecked(benchmark::State& state) {
+  const std::string path = python_checkpoint(state);
+  if (path.empty()) return;
+  modhooks::LoadOptions unchecked;
+  unchecked.verify_crc32 = false;
+  modhooks_bench::paired(
+      state, 1, [&] { benchmark::DoNotOptimize(modhooks::load(path, unchecked)); },
+      [&] { benchmark::DoNotOptimize(modhooks::load(path)); });
+}
+BENCHMARK(BM_512MiBFile_LoadChecked_vs_Unchecked)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
