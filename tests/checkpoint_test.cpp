@@ -729,39 +729,37 @@ std::string safetensors_file(const std::string& header, std::size_t data) {
   return bytes + header + std::string(data, '\0');
 }
 
-TEST(CheckpointHostile, SafetensorsHeadersParseInLinearTime) {
-  // 100,000 entries took 25 s when every insertion searched the entries before it.
+/// The header of a safetensors file of `entries` one-byte U8 tensors named t0, t1, ...
+std::string many_entries_header(int entries) {
   std::string header = "{";
-  constexpr int kEntries = 100000;
-  for (int i = 0; i < kEntries; ++i) {
+  for (int i = 0; i < entries; ++i) {
     header.append(i == 0 ? "\"t" : ",\"t").append(std::to_string(i));
     header.append("\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[");
     header.append(std::to_string(i)).append(",").append(std::to_string(i + 1)).append("]}");
   }
-  header += "}";
-  const auto start = std::chrono::steady_clock::now();
-  const StateDict sd = modhooks::detail::load_from_bytes(safetensors_file(header, kEntries),
-                                                         CheckpointFormat::kSafetensors);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(sd.size(), static_cast<std::size_t>(kEntries));
-  EXPECT_LT(seconds, 5.0);
-  testing::Test::RecordProperty("seconds", std::to_string(seconds));
+  return header + "}";
 }
 
-TEST(Checkpoint, SafetensorsHeadersAreWrittenInLinearTime) {
-  // 100,000 entries took 31 s when every key searched the keys before it.
+TEST(CheckpointHostile, SafetensorsHeadersOfAHundredThousandEntries) {
+  // 100,000 entries took 25 s when every insertion searched the entries before it; the time is
+  // measured by state_bench (BM_SafetensorsHeader100k_Load_vs_Memcpy), this checks the result.
+  constexpr int kEntries = 100000;
+  const StateDict sd = modhooks::detail::load_from_bytes(
+      safetensors_file(many_entries_header(kEntries), kEntries), CheckpointFormat::kSafetensors);
+  ASSERT_EQ(sd.size(), static_cast<std::size_t>(kEntries));
+  EXPECT_EQ(sd.keys().back(), "t99999");
+  EXPECT_EQ(sd.at("t99999").numel(), 1);
+}
+
+TEST(Checkpoint, SafetensorsHeadersOfAHundredThousandEntriesAreWritten) {
+  // 100,000 entries took 31 s when every key searched the keys before it (state_bench times it).
   StateDict sd;
   constexpr int kEntries = 100000;
   for (int i = 0; i < kEntries; ++i) {
     sd.insert_or_assign(std::string("t").append(std::to_string(i)), at::ones({1}));
   }
   sd.insert_or_assign("quote\" back\\slash \x01 \xc3\xa9", at::ones({2}));
-  const auto start = std::chrono::steady_clock::now();
   const std::string bytes = modhooks::detail::save_to_bytes(sd, CheckpointFormat::kSafetensors);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 5.0);
   const StateDict back = modhooks::detail::load_from_bytes(bytes, CheckpointFormat::kSafetensors);
   EXPECT_EQ(back.keys(), sd.keys());
 }
