@@ -4,7 +4,6 @@
 
 #include <c10/util/Type.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <torch/nn/functional.h>  // libtorch 1.13: before the modules that use it
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/instancenorm.h>
@@ -93,7 +92,7 @@ struct NnAdapter {
           "state_dict. If the running stats are actually needed, instead set "
           "track_running_stats=True in {} to enable them. See the documentation of {} for "
           "details.",
-          fmt::join(quoted(keys), " and "), klass, klass, klass, klass));
+          quoted_list(keys, " and "), klass, klass, klass, klass));
       for (const auto& key : keys) edit().erase(key);
     }
   }
@@ -122,11 +121,6 @@ struct NnAdapter {
   static std::optional<NormStats> instance_norm_stats(Module& module) {
     return norm_stats<torch::nn::InstanceNorm1dImpl, torch::nn::InstanceNorm2dImpl,
                       torch::nn::InstanceNorm3dImpl>(module);
-  }
-  static std::vector<std::string> quoted(const std::vector<std::string>& keys) {
-    std::vector<std::string> out;
-    for (const auto& key : keys) out.push_back("\"" + key + "\"");
-    return out;
   }
 };
 

@@ -49,17 +49,18 @@ class ModuleTable {
     std::vector<Slot> old;  // dead entries and the old array die after the lock
     std::lock_guard<SpinLock> lock(lock_);
     if (size_ + 1 > slots_.size() / 2) {
-      // Full enough to sweep: keep the live entries, in an array twice their number or more.
+      // Full enough to sweep: keep the live entries, in an array four times their number or
+      // more; the dead ones stay in `old`.
       old.swap(slots_);
-      std::size_t live = 0;
-      for (const Slot& slot : old) live += slot.key && slot.alive();
+      std::vector<Slot> live;
+      for (Slot& slot : old) {
+        if (slot.key && slot.alive()) live.push_back(std::move(slot));
+      }
       std::size_t capacity = kMinCapacity;
-      while (capacity < 4 * (live + 1)) capacity *= 2;
+      while (capacity < 4 * (live.size() + 1)) capacity *= 2;
       slots_.resize(capacity);
       size_ = 0;
-      for (Slot& slot : old) {
-        if (slot.key && slot.alive()) place(std::move(slot));
-      }
+      for (Slot& slot : live) place(std::move(slot));
     }
     std::size_t at = position(key);
     if (at != kNone && !slots_[at].alive()) {

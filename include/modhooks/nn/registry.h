@@ -21,12 +21,12 @@ using NnHooks = ModuleHooks<torch::nn::Module>;
 /// "a hook on Linear cannot be tied to its lifetime ...": what `entry_for` throws.
 [[noreturn]] void fail_unowned(const torch::nn::Module& module);
 
-/// The entry of `module` in `table` for data that outlives no one (names of non-persistent
-/// buffers, a state-dict version), created on first use. A module is identified by its address
-/// and, when a shared_ptr owns it (as every ModuleHolder does), by that ownership, so entries
-/// never pass to a new module built where a dead one was. A module not owned by a shared_ptr
-/// (on the stack, or inside its constructor) cannot tell its death: its entry lives as long as
-/// the process.
+/// The entry of `module` in `table` for plain data that captures nothing (names of
+/// non-persistent buffers, a state-dict version), created on first use. A module is identified by
+/// its address and, when a shared_ptr owns it (as every ModuleHolder does), by that ownership, so
+/// entries never pass to a new module built where a dead one was. A module not owned by a
+/// shared_ptr (on the stack, or inside its constructor) cannot tell its death: its entry lives as
+/// long as the process.
 template <class Hooks, class... Make>
 std::shared_ptr<Hooks> data_entry_for(ModuleTable<Hooks>& table, torch::nn::Module& module,
                                       Make&&... make) {

@@ -56,9 +56,14 @@ inline std::string torch_size(at::IntArrayRef sizes) {
   return fmt::format("torch.Size([{}])", fmt::join(sizes.begin(), sizes.end(), ", "));
 }
 
-inline std::string quoted_list(const std::vector<std::string>& keys) {
+/// `"a", "b"` (or `"a" and "b"` with that separator), as Python's load errors list keys.
+inline std::string quoted_list(const std::vector<std::string>& keys,
+                               const std::string& separator = ", ") {
   std::string out;
-  for (std::size_t i = 0; i < keys.size(); ++i) out += (i ? ", \"" : "\"") + keys[i] + "\"";
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (i) out += separator;
+    out.append("\"").append(keys[i]).append("\"");
+  }
   return out;
 }
 
@@ -204,9 +209,11 @@ class Loader {
     nodes_[index].subtree_end = nodes_.size();
   }
 
-  static Metadata metadata_of(const StateDict& dict, const std::string& prefix) {
+  /// The module's `_metadata` entry in `dict` (empty when it has none), without a copy.
+  static const Metadata& metadata_at(const StateDict& dict, const std::string& prefix) {
+    static const Metadata none;
     auto found = dict.metadata().find(without_dot(prefix));
-    return found == dict.metadata().end() ? Metadata{} : found->second;
+    return found == dict.metadata().end() ? none : found->second;
   }
 
   StateDict& working() {
@@ -220,11 +227,11 @@ class Loader {
     for (auto& node : nodes_) {
       const StateDict& current = working_ ? *working_ : input_;
       Adapter::upgrade(
-          *node.module, node.prefix, metadata_of(current, node.prefix), current,
+          *node.module, node.prefix, metadata_at(current, node.prefix), current,
           [&]() -> StateDict& { return working(); }, errors_);
       if (!node.hooks || node.hooks->load_pre.empty()) continue;
       working();  // hooks edit the load's own copy
-      const Metadata local_metadata = metadata_of(*working_, node.prefix);
+      const Metadata local_metadata = metadata_at(*working_, node.prefix);  // hooks may edit it
       if (node.prefix.empty()) {
         node.hooks->load_pre.for_each([&](const auto& hook) {
           hook(*node.module, *working_, node.prefix, local_metadata, true, node.missing,
