@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Cost of running modules through modhooks. Each benchmark times a case and its baseline in
 // alternation within the same run (the order flips every iteration), so that the slow drift of a
 // shared machine hits both alike, and reports both means and what the case adds:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Cost of modhooks::grad rewrites on CPU, each beside the plain ATen op it stands for, measured
 // in the same run:
 //   - as a full backward pre-hook on a module, forward + backward through modhooks::call:

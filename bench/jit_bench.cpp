@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Cost of hooks on the inner submodules of a TorchScript model. A model of 8 layers
 // (relu(x @ w), w 64x64, batch 8) is built three times, so that each case runs on code of its
 // own, and every case is timed in alternation with the untouched model's `forward` in the same

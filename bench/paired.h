@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Times a benchmark case in alternation with its baseline in the same run.
 #pragma once
 

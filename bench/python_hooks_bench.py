@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Python's figures for the cases of bench/call_bench.cpp, measured the same way on the same machine.
 
 Like call_bench.cpp, each case is timed beside its baseline in alternation (the order flips every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Python's figures for the cases of bench/state_bench.cpp, measured on the same machine.
 
 Prints milliseconds per call (median of 5 repeats, 3 for the slowest) for: state_dict() and load_state_dict() of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # libtorch from the PyPI wheel finds its CUDA libraries (NCCL, cuDNN, ...) through an RPATH into
 # site-packages/nvidia. The linker does not follow it, and a system CUDA toolkit's older copies
 # win instead ("undefined reference to ncclSignal"). Point the linker at the wheel's copies.

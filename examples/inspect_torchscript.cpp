@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Looking into, and rewriting, the inner layers of a TorchScript model someone else wrote.
 //
 // Python traced a small ResNet and saved it (examples/write_resnet.py). Here C++ loads it, hooks

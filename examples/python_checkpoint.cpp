@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A checkpoint written in Python, loaded into a C++ model whose layers have other names.
 //
 // Python saved `torch.save(model.state_dict(), "classifier.pt")` from

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A small C++ training loop that uses modhooks the way Python code uses module hooks:
 //   - forward hooks on every layer collect activation statistics;
 //   - full backward pre-hooks on the output layer count large gradients and clip their norm

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes the Python side of the python_checkpoint example into <dir> (default: current folder).
 
 classifier.pt: `torch.save(model.state_dict())` of a Python Sequential, keys "0.weight",

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes the Python side of the inspect_torchscript example into <dir> (default: current folder).
 
 resnet_traced.pt: a small ResNet-style model (a stem, two stages of two basic blocks with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes the fuzzers' seed corpora: files Python torch and safetensors write, so mutation starts
 from every structure the readers accept (each dtype, views, shared storages, parameters, module
 state dicts with _metadata, pickle protocols 2 to 5) and from some they must reject.

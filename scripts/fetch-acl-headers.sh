@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Fetches CANN's ACL headers as shipped in the torch-npu wheel on PyPI, without installing it or
 # any dependency, and prints the include dir to pass as -DMODHOOKS_ACL_HEADERS_DIR=... so the
 # acl_signature_check target can compare modhooks' ACL prototypes with the real ones.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Builds the libFuzzer targets of fuzz/ with clang, ASan and UBSan in build-fuzz, writes their
 # seed corpora (Python torch's and safetensors' files, and modhooks' own) and runs each target
 # for RUNS executions, one after another, printing how many each ran.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Builds and runs the examples: a small C++ training loop with modhooks hooks; a checkpoint that
 # Python writes here, loaded into a C++ model whose layers have other names; a ResNet that Python
 # traces here, whose inner blocks C++ hooks and checks against Python's eager hooks.

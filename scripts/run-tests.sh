@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Builds modhooks against the pinned PyPI libtorch and runs the whole test suite with ctest.
 # Extra arguments go to CMake, e.g. -DMODHOOKS_WERROR=ON.
 set -euo pipefail

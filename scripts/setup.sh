@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Installs what modhooks builds and tests with, where missing; safe to run again.
 #   - Debian packages: compiler, CMake, fmt, GoogleTest, Google Benchmark, nlohmann-json, ccache,
 #     and Debian's libtorch 1.13 (the oldest libtorch modhooks supports; used by .ci/run), clang

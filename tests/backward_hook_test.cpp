@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/dispatch/backward_hook.h through the registration API: full backward
 // hooks and pre-hooks (scenarios 3, 4, 5, 28-30, 31, 32-36, 38 and (a) of section 11).
 #include "modhooks/dispatch/backward_hook.h"

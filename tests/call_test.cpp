@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/nn/call.h: the fast path, argument and result boxing, the accepted
 // module spellings.
 #include "modhooks/nn/call.h"

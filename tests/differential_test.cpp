@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Differential test against Python torch (tests/python/oracle_hooks.py): the same model, weights
 // and inputs run in both; hook order, hook arguments and gradients must agree.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/core/handle.h and the id counter.
 #include "modhooks/core/handle.h"
 

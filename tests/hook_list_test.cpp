@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/core/hook_list.h: order, prepend, snapshots, the activity counter.
 #include "modhooks/core/hook_list.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/jit/call.h and the TorchScript side of the registration and state
 // functions, on modules Python torch scripted and saved (tests/python/oracle_jit.py), compared
 // with what Python's ScriptModule did for the five hook APIs that work there.

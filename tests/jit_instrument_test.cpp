@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/jit/instrument.h: hooks on the inner submodules of TorchScript
 // models that Python scripted, traced and froze (tests/python/oracle_jit_inner.py), compared
 // with Python's eager hooks on the same model with the same weights.

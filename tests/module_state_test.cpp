@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/state/module_state.h and state_hooks.h: state_dict and
 // load_state_dict with their hooks (scenarios 10, 13, 14, 16, 44-51 and (d), (e), (f) of
 // section 11, where (e) is inverted: modhooks' load is all-or-nothing).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Small modules the suites share (the helpers of Python's test_module_hooks.py).
 #pragma once
 

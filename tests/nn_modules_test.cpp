@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/nn/modules.h and holder.h: hook-aware holders for torch::nn.
 #include "modhooks/nn/modules.h"
 

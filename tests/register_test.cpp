@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/register.h: forward pre-hooks, forward hooks and the global
 // variants (scenarios 1, 2, 5, 8, 20, 23-26, 40 of the semantics reference, section 11).
 #include "modhooks/register.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/nn/sequential.h.
 #include "modhooks/nn/sequential.h"
 

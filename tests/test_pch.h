@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Precompiled header of the test executables: the heavy, stable includes only.
 #pragma once
 #include <ATen/core/ivalue.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A user of the modhooks package: one forward hook through the umbrella header.
 #include <modhooks/modhooks.h>
 #include <torch/nn/modules/linear.h>

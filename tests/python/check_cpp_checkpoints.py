@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Checks checkpoint files written by modhooks::save against what Python reads from them.
 
 usage: check_cpp_checkpoints.py EXPECTED_JSON FILE=NAME [FILE=NAME ...]

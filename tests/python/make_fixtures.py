@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes every file the C++ tests compare against: runs main(out_dir) of each oracle_*.py here.
 
 Python torch is the oracle: each oracle module runs a scenario in Python and writes what it saw

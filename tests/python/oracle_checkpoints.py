@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Checkpoint files written by Python torch and safetensors, with what each must load as.
 
 Writes under <out>/checkpoints/: torch.save files (state dicts of an MLP and of a CNN with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Python side of tests/differential_test.cpp: hook order, hook arguments and gradients.
 
 The scenario: A = Linear(4, 4) whose full backward hook halves grad_input; B, a module with two

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """TorchScript fixtures and Python's answers for tests/jit_test.cpp.
 
 Writes two script modules with the same weights: `subclass.pt`, a torch.jit.ScriptModule

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Inner-submodule hooks: TorchScript models for tests/jit_instrument_test.cpp and Python's answers.
 
 Saves one model scripted (`inner_scripted.pt`), traced (`inner_traced.pt`), frozen

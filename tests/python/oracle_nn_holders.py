@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Python side of the model tests of tests/nn_modules_test.cpp: eager hooks on every module.
 
 Two models as users write them: a ResNet-style residual block and a two-layer Transformer
