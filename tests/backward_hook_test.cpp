@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/dispatch/backward_hook.h through the registration API: full backward
-// hooks and pre-hooks (scenarios 3, 4, 5, 28-30, 31, 32-36, 38 and (a) of section 11).
+// hooks and pre-hooks, ported from PyTorch's test/nn/test_module_hooks.py (scenarios 3, 4, 5,
+// 28-30, 31, 32-36, 38 and (a) as the maintainers' semantics notes number them; those notes are
+// not part of this repository).
 #include "modhooks/dispatch/backward_hook.h"
 
 #include <gtest/gtest.h>

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/state/module_state.h and state_hooks.h: state_dict and
-// load_state_dict with their hooks (scenarios 10, 13, 14, 16, 44-51 and (d), (e), (f) of
-// section 11, where (e) is inverted: modhooks' load is all-or-nothing).
+// load_state_dict with their hooks, ported from PyTorch's test/nn/test_module_hooks.py,
+// test/nn/test_load_state_dict.py and test/test_nn.py (scenarios 10, 13, 14, 16, 44-51 and (d),
+// (e), (f) as the maintainers' semantics notes number them, outside this repository; (e) is
+// inverted: modhooks' load is all-or-nothing).
 #include "modhooks/state/module_state.h"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/register.h: forward pre-hooks, forward hooks and the global
-// variants (scenarios 1, 2, 5, 8, 20, 23-26, 40 of the semantics reference, section 11).
+// variants, ported from PyTorch's test/nn/test_module_hooks.py (scenarios 1, 2, 5, 8, 20, 23-26,
+// 40 as the maintainers' semantics notes number them; those notes are not part of this
+// repository).
 #include "modhooks/register.h"
 
 #include <gtest/gtest.h>

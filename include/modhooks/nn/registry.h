@@ -24,9 +24,11 @@ using NnHooks = ModuleHooks<torch::nn::Module>;
 /// The entry of `module` in `table` for plain data that captures nothing (names of
 /// non-persistent buffers, a state-dict version), created on first use. A module is identified by
 /// its address and, when a shared_ptr owns it (as every ModuleHolder does), by that ownership, so
-/// entries never pass to a new module built where a dead one was. A module not owned by a
-/// shared_ptr (on the stack, or inside its constructor) cannot tell its death: its entry lives as
-/// long as the process.
+/// an entry made while a shared_ptr owns the module never passes to a new module built where a
+/// dead one was. A module not owned by a shared_ptr (on the stack, or inside its constructor)
+/// cannot tell its death: its entry lives as long as the process, and stays the module's entry
+/// once it is owned, so `entry_for` below hands it out too (a known defect: docs/state.md,
+/// "Modules without an owner").
 template <class Hooks, class... Make>
 std::shared_ptr<Hooks> data_entry_for(ModuleTable<Hooks>& table, torch::nn::Module& module,
                                       Make&&... make) {

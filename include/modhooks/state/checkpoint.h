@@ -28,7 +28,10 @@ struct LoadOptions {
 /// `save_file`, for ".safetensors" paths) wrote. Tensors land on the CPU whatever device they
 /// were saved from; views keep sharing their storage. Only the objects a state dict is made of
 /// are accepted (allow-listed pickle globals); anything else, and any corrupt or truncated file,
-/// raises modhooks::Error naming the path and what was wrong.
+/// raises modhooks::Error naming the path and what was wrong. It is not `torch.load`: a file
+/// whose object is not a dict of names to dense tensors (a checkpoint that also holds an
+/// optimizer, a `_extra_state` entry), the legacy non-zip format and compressed archives are
+/// refused.
 StateDict load(const std::string& path);
 StateDict load(const std::string& path, const LoadOptions& options);
 

@@ -20,10 +20,12 @@ StateDict state_dict(torch::nn::Module& module, const std::string& prefix = "",
 
 /// Python's `Module.load_state_dict(state_dict, strict=, assign=)`, with its hooks, checks and
 /// error texts ("Error(s) in loading state_dict for Net: ..."). Beyond Python it is
-/// all-or-nothing: when it raises, no parameter or buffer has changed. It is linear in the number
-/// of keys. Values are copied with `copy_` (dtype and device converted, identity and storage
-/// kept); `assign` swaps the checkpoint's tensors in instead, keeping each tensor object (so
-/// optimizers holding it see the new values) and its `requires_grad`.
+/// all-or-nothing: when it raises, every parameter and buffer it wrote is put back (values,
+/// objects and storages; not what hooks did themselves). Keys are matched in one pass, linear in
+/// their number; load pre-hooks on a module below the root add one pass over the dict each.
+/// Values are copied with `copy_` (dtype and device converted, identity and storage kept);
+/// `assign` swaps the checkpoint's tensors in instead, keeping each tensor object (so optimizers
+/// holding it see the new values) and its `requires_grad`.
 IncompatibleKeys load_state_dict(torch::nn::Module& module, const StateDict& state_dict,
                                  bool strict = true, bool assign = false);
 
