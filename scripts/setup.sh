@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Installs what modhooks builds and tests with, where missing; safe to run again.
-#   - Debian packages: compiler, CMake, fmt, GoogleTest, Google Benchmark, nlohmann-json, ccache,
+#   - Debian packages: compiler, CMake, fmt, GoogleTest, Google Benchmark, nlohmann-json,
+#     libdeflate (CRC-32), ccache,
 #     and Debian's libtorch 1.13 (the oldest libtorch modhooks supports; used by .ci/run), clang
 #     with libFuzzer (scripts/fuzz.sh)
 #   - .venv/: the pinned PyPI torch, whose libtorch is the default build target and whose Python
@@ -12,7 +13,7 @@ MODHOOKS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODHOOKS_TORCH_VERSION=2.15.0
 
 packages=(build-essential cmake ninja-build ccache libfmt-dev googletest libgtest-dev
-  libbenchmark-dev nlohmann-json3-dev zlib1g-dev libtorch-dev python3-venv clang clang-format
+  libbenchmark-dev nlohmann-json3-dev libdeflate-dev libtorch-dev python3-venv clang clang-format
   rsync)
 missing=()
 for p in "${packages[@]}"; do

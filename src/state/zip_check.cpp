@@ -4,7 +4,7 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <caffe2/serialize/versions.h>
-#include <zlib.h>
+#include <libdeflate.h>
 
 #include <algorithm>
 #include <cctype>
@@ -311,12 +311,12 @@ at::DataPtr ZipArchive::read(const ZipRecord& record) const {
   auto* out = static_cast<unsigned char*>(data.get());
   // Chunks small enough to stay in cache between the copy and the CRC: one pass over memory.
   constexpr std::uint64_t kChunk = 1 << 20;
-  uLong crc = ::crc32_z(0, nullptr, 0);
+  std::uint32_t crc = 0;  // libdeflate_crc32's initial value
   for (std::uint64_t done = 0; done < record.size;) {
     const std::uint64_t n = std::min(kChunk, record.size - done);
     read_exactly(in_, record.data + done, out + done, static_cast<std::size_t>(n),
                  ("record '" + record.name + "'").c_str());
-    if (verify_crc32_) crc = ::crc32_z(crc, out + done, static_cast<z_size_t>(n));
+    if (verify_crc32_) crc = ::libdeflate_crc32(crc, out + done, static_cast<std::size_t>(n));
     done += n;
   }
   if (verify_crc32_ && crc != record.crc) {
