@@ -36,9 +36,12 @@ c10::Storage fake_record(const std::string& key, c10::ScalarType dtype, std::uin
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   modhooks::StateDict sd;
   try {
-    // The budget torch.save's reader gives: 64 bytes per byte of the file, here the pickle.
+    // The budget torch.save's reader gives a file of the pickle's size: 16 times its size plus
+    // 1 MiB, less the pickle's own bytes.
+    static const std::string kRule = "16 times the pickle's size plus 1 MiB";
     sd = modhooks::detail::unpickle_state_dict(
-        std::string_view(reinterpret_cast<const char*>(data), size), fake_record, 64 * size);
+        std::string_view(reinterpret_cast<const char*>(data), size), fake_record,
+        15 * std::uint64_t{size} + (std::uint64_t{1} << 20), kRule);
   } catch (const modhooks::Error&) {
     return 0;  // rejected, as hostile input should be; any other exception escapes and aborts
   }

@@ -5,9 +5,11 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/api/include/torch/version.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -24,22 +26,23 @@ namespace {
 /// the bound keeps destruction of nested values from recursing without limit.
 constexpr int kMaxDepth = 32;
 
-/// Python's picklers push at most 1,000 dict items between a MARK and its SETITEMS, so a state
-/// dict's pickle keeps a few thousand objects on the stack at most. Floods of cheap opcodes
-/// (NONE, EMPTY_DICT, BINGET: one or two bytes for an object of 72 bytes and more) pile objects
-/// on the stack and stop here.
-constexpr std::size_t kMaxStack = 1 << 16;
+/// What libtorch allocates for one tensor beside its TensorImpl, in bytes (its version counter);
+/// an upper bound, which tests/load_memory_test.cpp checks against a flood of tensors.
+constexpr std::uint64_t kTensorExtraBytes = 64;
 
-/// What the unpickler's objects cost against its budget, in bytes, beyond their Value: the
-/// allocations behind a string, a tuple or dict, a memo entry, a tensor (its TensorImpl, sizes
-/// and strides, autograd slot).
-constexpr std::uint64_t kStringCost = 64;
-constexpr std::uint64_t kContainerCost = 64;
-constexpr std::uint64_t kMemoEntryCost = 128;
-constexpr std::uint64_t kTensorCost = 512;
+/// Gives `bytes` back to a budget when it goes out of scope: for temporaries freed by then.
+struct Refund {
+  std::uint64_t& budget;
+  std::uint64_t bytes = 0;
+  ~Refund() { budget += bytes; }
+};
+
+/// A hash table entry's bytes beyond its value: the node's link and cached hash, and the bucket
+/// array, which is up to twice as large as the table and held twice while it is rehashed.
+constexpr std::uint64_t kHashEntryBytes = 16 + 32;
 
 /// The callables and classes a state dict pickle may name.
-enum class Global {
+enum class Global : std::uint8_t {
   kOrderedDict,
   kRebuildTensorV2,
   kRebuildTensorV3,
@@ -49,10 +52,23 @@ enum class Global {
   kDtype,           // torch.float32 and its siblings
 };
 
-enum class Kind { kNone, kBool, kInt, kStr, kTuple, kDict, kGlobal, kStorage, kTensor };
+/// kUnset marks a memo slot that no PUT has filled.
+enum class Kind : std::uint8_t {
+  kUnset,
+  kNone,
+  kBool,
+  kInt,
+  kStr,
+  kTuple,
+  kDict,
+  kGlobal,
+  kStorage,
+  kTensor
+};
 
 const char* kind_name(Kind kind) {
   switch (kind) {
+    case Kind::kUnset:
     case Kind::kNone:
       return "None";
     case Kind::kBool:
@@ -75,20 +91,83 @@ const char* kind_name(Kind kind) {
   return "?";
 }
 
+/// A pickled string, shared by every Value that holds it (memo copies), as Python's are.
+struct Str {
+  std::size_t refs = 1;
+  std::string text;
+};
+
 struct Container;
 
-/// One object on the pickle machine's stack or in its memo. Copies share containers, as Python
-/// references do.
-struct Value {
+/// One object on the pickle machine's stack or in its memo: a tag and one word, 16 bytes, so
+/// that the cheapest opcodes (NONE, BINGET: one or two bytes) cost as little as they can. Copies
+/// share strings, containers, storages and tensors, as Python references do.
+class Value {
+ public:
   Kind kind = Kind::kNone;
-  std::int64_t number = 0;                             // kBool, kInt
-  std::shared_ptr<const std::string> text;             // kStr
-  std::shared_ptr<Container> items;                    // kTuple, kDict
   Global global = Global::kOrderedDict;                // kGlobal; kStorage: which class made it
   c10::ScalarType dtype = c10::ScalarType::Undefined;  // kGlobal storage class or dtype, kStorage
-  c10::Storage storage;                                // kStorage
-  at::Tensor tensor;                                   // kTensor
+  union {
+    std::int64_t number = 0;     // kBool, kInt
+    Str* text;                   // kStr
+    Container* items;            // kTuple, kDict
+    c10::StorageImpl* storage_;  // kStorage
+    c10::TensorImpl* tensor_;    // kTensor
+  };
+
+  Value() = default;
+  Value(const Value& other) : kind(other.kind), global(other.global), dtype(other.dtype) {
+    number = other.number;
+    retain();
+  }
+  Value(Value&& other) noexcept : kind(other.kind), global(other.global), dtype(other.dtype) {
+    number = other.number;
+    other.kind = Kind::kNone;
+  }
+  Value& operator=(Value other) noexcept {
+    std::swap(kind, other.kind);
+    std::swap(global, other.global);
+    std::swap(dtype, other.dtype);
+    std::swap(number, other.number);
+    return *this;
+  }
+  ~Value() { release(); }
+
+  static Value of_storage(c10::Storage storage) {
+    Value v;
+    v.kind = Kind::kStorage;
+    v.storage_ = storage.unsafeReleaseStorageImpl();
+    return v;
+  }
+  static Value of_tensor(at::Tensor tensor) {
+    Value v;
+    v.kind = Kind::kTensor;
+    v.tensor_ = tensor.unsafeReleaseTensorImpl();
+    return v;
+  }
+
+  static Value unset() {
+    Value v;
+    v.kind = Kind::kUnset;
+    return v;
+  }
+
+  bool is_container() const { return kind == Kind::kTuple || kind == Kind::kDict; }
+  const std::string& str() const { return text->text; }
+  c10::Storage storage() const {
+    c10::raw::intrusive_ptr::incref(storage_);
+    return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim(storage_));
+  }
+  at::Tensor tensor() const {
+    c10::raw::intrusive_ptr::incref(tensor_);
+    return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim(tensor_));
+  }
+
+ private:
+  void retain();
+  void release();
 };
+static_assert(sizeof(Value) == 16, "a Value is a tag and one word");
 
 /// A tuple (items) or dict (keys and values alternating, in insertion order).
 ///
@@ -97,16 +176,64 @@ struct Value {
 /// for real files, and it makes reference cycles impossible: a cycle needs an insertion into a
 /// container that is already nested below the inserted one.
 struct Container {
+  std::size_t refs = 1;
   std::vector<Value> items;
-  bool sealed = false;
+  Value metadata;  // an OrderedDict's `_metadata` attribute (a dict), set by BUILD
   int depth = 1;
-  std::shared_ptr<Container> metadata;  // an OrderedDict's `_metadata` attribute, set by BUILD
+  bool sealed = false;
 };
+
+void Value::retain() {
+  switch (kind) {
+    case Kind::kStr:
+      ++text->refs;
+      break;
+    case Kind::kTuple:
+    case Kind::kDict:
+      ++items->refs;
+      break;
+    case Kind::kStorage:
+      c10::raw::intrusive_ptr::incref(storage_);
+      break;
+    case Kind::kTensor:
+      c10::raw::intrusive_ptr::incref(tensor_);
+      break;
+    default:
+      break;
+  }
+}
+
+void Value::release() {
+  switch (kind) {
+    case Kind::kStr:
+      if (--text->refs == 0) delete text;
+      break;
+    case Kind::kTuple:
+    case Kind::kDict:
+      // Recursion is bounded by kMaxDepth.
+      if (--items->refs == 0) delete items;
+      break;
+    case Kind::kStorage:
+      c10::raw::intrusive_ptr::decref(storage_);
+      break;
+    case Kind::kTensor:
+      c10::raw::intrusive_ptr::decref(tensor_);
+      break;
+    default:
+      break;
+  }
+  kind = Kind::kNone;
+}
 
 class Unpickler {
  public:
-  Unpickler(std::string_view data, const StorageLoader& load_storage, std::uint64_t budget)
-      : data_(data), load_storage_(load_storage), budget_(budget), budget_limit_(budget) {}
+  Unpickler(std::string_view data, const StorageLoader& load_storage, std::uint64_t budget,
+            const std::string& budget_rule)
+      : data_(data),
+        load_storage_(load_storage),
+        budget_(budget),
+        budget_limit_(budget),
+        budget_rule_(budget_rule) {}
 
   StateDict run();
 
@@ -150,25 +277,39 @@ class Unpickler {
     return stack_.back();
   }
   void push(Value v) {
-    if (stack_.size() == kMaxStack) {
-      error("the stack holds " + std::to_string(kMaxStack) +
-            " objects; a state dict's pickle never needs that many at once");
-    }
-    charge(sizeof(Value));
+    make_room(stack_, 1);
     stack_.push_back(std::move(v));
   }
-  void memoize(std::uint64_t index) {
-    charge(kMemoEntryCost);
-    memo_[index] = top();
-  }
-  /// Counts `bytes` of objects created against the budget. Objects are charged when created and
-  /// never refunded, so the budget bounds the memory the pickle can make the unpickler hold.
+  void memoize(std::uint64_t index);
+
+  /// Counts an allocation of `bytes` against the budget, before it is made. Every allocation is
+  /// charged in full; only an allocation known to be freed already (a vector's old buffer, a
+  /// temporary) is refunded, so what the load holds at any moment stays within the budget.
+  /// Objects that the memo, a container or the stack may still reach are never refunded.
   void charge(std::uint64_t bytes) {
     if (bytes > budget_) {
-      error("the pickle creates more objects than a file of its size can describe (" +
-            std::to_string(budget_limit_) + " bytes' worth)");
+      error("the pickle's objects and tensor data would take more than the " +
+            std::to_string(budget_limit_) + " bytes a load of this file may hold (" + budget_rule_ +
+            ")");
     }
     budget_ -= bytes;
+  }
+  /// Lets `v` take `n` more items, growing it by doubling, as push_back would, but charged.
+  template <class T>
+  void make_room(std::vector<T>& v, std::uint64_t n) {
+    if (v.capacity() - v.size() >= n) return;
+    std::uint64_t wanted = std::max<std::uint64_t>({v.size() + n, 2 * v.capacity(), 8});
+    const std::uint64_t old_capacity = v.capacity();
+    charge_items<T>(wanted);
+    v.reserve(static_cast<std::size_t>(wanted));
+    budget_ += old_capacity * sizeof(T);  // the old buffer, freed by reserve
+  }
+  /// Charges an array of `n` items of T, refusing counts whose size overflows.
+  template <class T>
+  void charge_items(std::uint64_t n) {
+    std::uint64_t bytes = 0;
+    if (mul_overflows(n, sizeof(T), &bytes)) charge(~std::uint64_t{0});
+    charge(bytes);
   }
 
   /// The items pushed since the last MARK, which is dropped.
@@ -176,6 +317,7 @@ class Unpickler {
     if (marks_.empty()) error("no MARK to pop to");
     std::size_t mark = marks_.back();
     marks_.pop_back();
+    charge_items<Value>(stack_.size() - mark);
     std::vector<Value> items(std::make_move_iterator(stack_.begin() + mark),
                              std::make_move_iterator(stack_.end()));
     stack_.resize(mark);
@@ -198,10 +340,10 @@ class Unpickler {
   }
   Value make_tuple(std::vector<Value> items);
   Value make_dict() {
+    charge(sizeof(Container));
     Value v;
+    v.items = new Container();
     v.kind = Kind::kDict;
-    charge(kContainerCost);
-    v.items = std::make_shared<Container>();
     return v;
   }
   /// Puts `child` inside `parent`: seals the child and keeps the depth bound.
@@ -216,6 +358,22 @@ class Unpickler {
   Value persistent_load(const Value& pid);
   void build(Value& target, const Value& state);
   StateDict to_state_dict(const Value& result);
+
+  /// A tensor: its TensorImpl and what libtorch allocates beside it, sizes and strides beyond the
+  /// five dimensions a TensorImpl keeps inline, autograd's metadata when it requires grad.
+  void charge_tensor(std::uint64_t dim, bool requires_grad) {
+    std::uint64_t bytes = sizeof(c10::TensorImpl) + kTensorExtraBytes;
+    if (dim > 5) bytes += 2 * sizeof(std::int64_t) * dim;
+    if (requires_grad) bytes += sizeof(torch::autograd::AutogradMeta);
+    charge(bytes);
+  }
+  /// One entry of an OrderedMap (StateDict, its metadata) that holds `value_bytes` per slot: the
+  /// slot, which doubling may hold three times over while it grows, the index's hash entry, and
+  /// the key twice.
+  void charge_entry(const std::string& key, std::uint64_t value_bytes) {
+    charge(3 * (sizeof(std::string) + value_bytes + 8) + sizeof(std::string) + 8 + kHashEntryBytes +
+           2 * (key.size() + 1));
+  }
 
   // --- argument checks
   std::int64_t expect_int(const Value& v, const char* what) {
@@ -234,11 +392,15 @@ class Unpickler {
   const StorageLoader& load_storage_;
   std::uint64_t budget_;
   const std::uint64_t budget_limit_;
+  const std::string& budget_rule_;
   std::size_t pos_ = 0;
   std::size_t op_offset_ = 0;
   std::vector<Value> stack_;
   std::vector<std::size_t> marks_;
-  std::unordered_map<std::uint64_t, Value> memo_;
+  /// Indexed by memo index: pickles number their memo 0, 1, 2, ... An index far beyond that
+  /// makes a vector the budget refuses.
+  std::vector<Value> memo_;
+  std::uint64_t memo_count_ = 0;  // slots set: Python's len(memo), which MEMOIZE uses
   struct Loaded {
     std::string key;
     c10::Storage storage;
@@ -250,27 +412,40 @@ class Unpickler {
 Value Unpickler::make_str(std::string_view bytes) {
   // Python's unpickler decodes with "surrogatepass", so encoded surrogates are accepted too.
   if (!is_utf8(bytes, /*surrogates=*/true)) error("string is not valid UTF-8");
+  // libstdc++ keeps up to 15 characters inside the string.
+  charge(sizeof(Str) + (bytes.size() > 15 ? bytes.size() + 1 : 0));
   Value v;
+  v.text = new Str{1, std::string(bytes)};
   v.kind = Kind::kStr;
-  charge(kStringCost + bytes.size());
-  v.text = std::make_shared<const std::string>(bytes);
   return v;
 }
 
 Value Unpickler::make_tuple(std::vector<Value> items) {
+  charge(sizeof(Container));
   Value v;
+  v.items = new Container();
   v.kind = Kind::kTuple;
-  charge(kContainerCost + items.size() * sizeof(Value));
-  v.items = std::make_shared<Container>();
   for (const Value& item : items) nest(*v.items, item);
   v.items->items = std::move(items);
   v.items->sealed = true;
   return v;
 }
 
+void Unpickler::memoize(std::uint64_t index) {
+  const Value& value = top();
+  if (index >= memo_.size()) {
+    // Grown as a vector grows, by doubling, so that numbering 0, 1, 2, ... costs 16 bytes a
+    // slot amortized; the new slots are unset.
+    make_room(memo_, index + 1 - memo_.size());
+    memo_.resize(static_cast<std::size_t>(index) + 1, Value::unset());
+  }
+  if (memo_[index].kind == Kind::kUnset) ++memo_count_;
+  memo_[index] = value;
+}
+
 void Unpickler::nest(Container& parent, const Value& child) {
-  if (!child.items) return;
-  if (child.items.get() == &parent) error("a container cannot contain itself");
+  if (!child.is_container()) return;
+  if (child.items == &parent) error("a container cannot contain itself");
   child.items->sealed = true;
   parent.depth = std::max(parent.depth, child.items->depth + 1);
   if (parent.depth > kMaxDepth) {
@@ -285,7 +460,7 @@ void Unpickler::set_item(Value& dict, Value key, Value value) {
     error("dict key is a " + std::string(kind_name(key.kind)) + ", not a str");
   }
   nest(*dict.items, value);
-  charge(2 * sizeof(Value));
+  make_room(dict.items->items, 2);
   dict.items->items.push_back(std::move(key));
   dict.items->items.push_back(std::move(value));
 }
@@ -295,6 +470,7 @@ std::vector<std::int64_t> Unpickler::expect_int_tuple(const Value& v, const char
     error(std::string(what) + " is a " + kind_name(v.kind) + ", not a tuple");
   }
   std::vector<std::int64_t> out;
+  charge_items<std::int64_t>(v.items->items.size());
   out.reserve(v.items->items.size());
   for (const Value& item : v.items->items) {
     std::int64_t n = expect_int(item, what);
@@ -357,7 +533,7 @@ Value Unpickler::persistent_load(const Value& pid) {
     error("persistent id is not a ('storage', type, key, location, numel) tuple");
   }
   const auto& f = pid.items->items;
-  if (f[0].kind != Kind::kStr || *f[0].text != "storage") {
+  if (f[0].kind != Kind::kStr || f[0].str() != "storage") {
     error("persistent id does not start with 'storage'");
   }
   if (f[1].kind != Kind::kGlobal ||
@@ -370,31 +546,46 @@ Value Unpickler::persistent_load(const Value& pid) {
   }
   const std::int64_t numel = expect_int(f[4], "storage size");
   if (numel < 0) error("storage size is negative");
-  const std::string& key = *f[2].text;
+  const std::string& key = f[2].str();
   // Zip readers stop a record's name at a NUL byte and miniz compares names ignoring ASCII case,
   // so "0\0x" or "A" and "a" would load one record twice, as two storages.
   if (key.find('\0') != std::string::npos) error("storage key contains a NUL byte");
+  // The folded copy is made once per BINPERSID; its heap block (beyond 15 characters) counts.
+  charge(key.size() > 15 ? key.size() + 1 : 0);
   std::string record = key;
   for (char& c : record) c = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-  Value v;
-  v.kind = Kind::kStorage;
-  v.global = f[1].global;
-  v.dtype = f[1].dtype;
+  const Global storage_class = f[1].global;
+  const c10::ScalarType dtype = f[1].dtype;
   auto found = storages_.find(record);
   if (found != storages_.end()) {
     if (found->second.key != key) {
       error("storage keys '" + found->second.key + "' and '" + key + "' name the same record");
     }
     // torch.save checks that views of a storage share its dtype, except for empty storages.
-    if (found->second.dtype != v.dtype && found->second.storage.nbytes() != 0) {
+    if (found->second.dtype != dtype && found->second.storage.nbytes() != 0) {
       error("storage '" + key + "' is used as " + c10::toString(found->second.dtype) + " and as " +
-            c10::toString(v.dtype));
+            c10::toString(dtype));
     }
-    v.storage = found->second.storage;
+    Value v = Value::of_storage(found->second.storage);
+    v.global = storage_class;
+    v.dtype = dtype;
     return v;
   }
-  v.storage = load_storage_(key, v.dtype, static_cast<std::uint64_t>(numel));
-  storages_.emplace(std::move(record), Loaded{key, v.storage, v.dtype});
+  // The storage's bytes (a record's size must equal them, or loading it fails) and its
+  // StorageImpl, then its entry in storages_: a hash node holding the key twice, and the
+  // bucket array, which rehashing may hold twice over for a moment.
+  std::uint64_t nbytes = 0;
+  if (mul_overflows(static_cast<std::uint64_t>(numel), c10::elementSize(dtype), &nbytes)) {
+    error("storage '" + key + "' of " + std::to_string(numel) + " elements overflows");
+  }
+  charge(nbytes);
+  charge(sizeof(c10::StorageImpl) + sizeof(decltype(storages_)::value_type) + kHashEntryBytes +
+         2 * (key.size() + 1));
+  c10::Storage storage = load_storage_(key, dtype, static_cast<std::uint64_t>(numel));
+  storages_.emplace(std::move(record), Loaded{key, storage, dtype});
+  Value v = Value::of_storage(std::move(storage));
+  v.global = storage_class;
+  v.dtype = dtype;
   return v;
 }
 
@@ -407,26 +598,30 @@ Value Unpickler::rebuild_tensor(const std::vector<Value>& args, bool v3) {
     error(std::string(fn) + " takes " + std::to_string(base) + " or " + std::to_string(base + 1) +
           " arguments, got " + std::to_string(args.size()));
   }
-  const Value& storage = args[0];
-  if (storage.kind != Kind::kStorage) {
-    error(std::string(fn) + " expects a storage, got a " + kind_name(storage.kind));
+  const Value& storage_arg = args[0];
+  if (storage_arg.kind != Kind::kStorage) {
+    error(std::string(fn) + " expects a storage, got a " + kind_name(storage_arg.kind));
   }
-  c10::ScalarType dtype = storage.dtype;
+  const c10::Storage storage = storage_arg.storage();
+  c10::ScalarType dtype = storage_arg.dtype;
   if (v3) {
-    if (storage.global != Global::kUntypedStorage) {
+    if (storage_arg.global != Global::kUntypedStorage) {
       error("_rebuild_tensor_v3 expects an UntypedStorage");
     }
     if (args[6].kind != Kind::kGlobal || args[6].global != Global::kDtype) {
       error("_rebuild_tensor_v3 expects a dtype as its seventh argument");
     }
     dtype = args[6].dtype;
-  } else if (storage.global != Global::kStorageClass) {
+  } else if (storage_arg.global != Global::kStorageClass) {
     error("_rebuild_tensor_v2 expects a typed storage");
   }
   const std::int64_t offset = expect_int(args[1], "storage offset");
   if (offset < 0) error("storage offset is negative");
+  // Declared first, so that it gives their bytes back after the two vectors are freed.
+  Refund refund{budget_};
   const std::vector<std::int64_t> sizes = expect_int_tuple(args[2], "tensor size");
   const std::vector<std::int64_t> strides = expect_int_tuple(args[3], "tensor stride");
+  refund.bytes = (sizes.capacity() + strides.capacity()) * sizeof(std::int64_t);
   if (sizes.size() != strides.size()) {
     error("tensor has " + std::to_string(sizes.size()) + " sizes but " +
           std::to_string(strides.size()) + " strides");
@@ -439,7 +634,7 @@ Value Unpickler::rebuild_tensor(const std::vector<Value>& args, bool v3) {
     for (std::size_t i = 1; i < meta.items->items.size(); i += 2) {
       const Value& flag = meta.items->items[i];
       if (flag.kind != Kind::kBool || flag.number != 0) {
-        error("tensor metadata '" + *meta.items->items[i - 1].text +
+        error("tensor metadata '" + meta.items->items[i - 1].str() +
               "' (a conjugate or negative view) is not supported");
       }
     }
@@ -463,26 +658,23 @@ Value Unpickler::rebuild_tensor(const std::vector<Value>& args, bool v3) {
     }
     std::uint64_t needed = 0;
     if (add_overflows(last, 1, &needed) || mul_overflows(needed, itemsize, &needed) ||
-        needed > storage.storage.nbytes()) {
+        needed > storage.nbytes()) {
       error("tensor of size " + c10::str(c10::IntArrayRef(sizes)) + ", stride " +
             c10::str(c10::IntArrayRef(strides)) + " at offset " + std::to_string(offset) +
-            " reaches beyond its storage of " + std::to_string(storage.storage.nbytes()) +
-            " bytes");
+            " reaches beyond its storage of " + std::to_string(storage.nbytes()) + " bytes");
     }
   }
-  charge(kTensorCost);
+  const bool requires_grad = args[4].number != 0;
+  if (requires_grad && !c10::isFloatingType(dtype) && !c10::isComplexType(dtype)) {
+    error("a " + std::string(c10::toString(dtype)) + " tensor cannot require grad");
+  }
+  charge_tensor(sizes.size(), requires_grad);
+  charge(sizeof(c10::StorageImpl));  // at::empty's, which set_ replaces and frees
   at::Tensor t = at::empty({0}, at::TensorOptions().dtype(dtype));
-  t.set_(storage.storage, offset, sizes, strides);
-  if (args[4].number != 0) {
-    if (!c10::isFloatingType(dtype) && !c10::isComplexType(dtype)) {
-      error("a " + std::string(c10::toString(dtype)) + " tensor cannot require grad");
-    }
-    t.set_requires_grad(true);
-  }
-  Value v;
-  v.kind = Kind::kTensor;
-  v.tensor = std::move(t);
-  return v;
+  t.set_(storage, offset, sizes, strides);
+  budget_ += sizeof(c10::StorageImpl);
+  if (requires_grad) t.set_requires_grad(true);
+  return Value::of_tensor(std::move(t));
 }
 
 Value Unpickler::rebuild_parameter(const std::vector<Value>& args) {
@@ -497,17 +689,16 @@ Value Unpickler::rebuild_parameter(const std::vector<Value>& args) {
   expect_no_hooks(args[2]);
   // A new tensor on the same storage, as Python's Parameter(data) is: the data may be memoized
   // and stand under another key too, whose requires_grad must not change.
-  at::Tensor t = args[0].tensor.detach();
+  const at::Tensor data = args[0].tensor();
   const bool requires_grad = args[1].number != 0;
-  if (requires_grad && !c10::isFloatingType(t.scalar_type()) &&
-      !c10::isComplexType(t.scalar_type())) {
-    error("a " + std::string(c10::toString(t.scalar_type())) + " parameter cannot require grad");
+  if (requires_grad && !c10::isFloatingType(data.scalar_type()) &&
+      !c10::isComplexType(data.scalar_type())) {
+    error("a " + std::string(c10::toString(data.scalar_type())) + " parameter cannot require grad");
   }
+  charge_tensor(static_cast<std::uint64_t>(data.dim()), requires_grad);
+  at::Tensor t = data.detach();
   t.set_requires_grad(requires_grad);
-  Value v;
-  v.kind = Kind::kTensor;
-  v.tensor = std::move(t);
-  return v;
+  return Value::of_tensor(std::move(t));
 }
 
 Value Unpickler::reduce(const Value& callable, const Value& args) {
@@ -544,12 +735,12 @@ void Unpickler::build(Value& target, const Value& state) {
   if (state.kind != Kind::kDict) error("BUILD state is a " + std::string(kind_name(state.kind)));
   const auto& items = state.items->items;
   for (std::size_t i = 0; i < items.size(); i += 2) {
-    if (*items[i].text != "_metadata") {
-      error("BUILD sets the attribute '" + *items[i].text + "'; only _metadata is allowed");
+    if (items[i].str() != "_metadata") {
+      error("BUILD sets the attribute '" + items[i].str() + "'; only _metadata is allowed");
     }
     if (items[i + 1].kind != Kind::kDict) error("_metadata is not a dict");
     nest(*target.items, items[i + 1]);
-    target.items->metadata = items[i + 1].items;
+    target.items->metadata = items[i + 1];
   }
 }
 
@@ -560,30 +751,36 @@ StateDict Unpickler::to_state_dict(const Value& result) {
   }
   StateDict sd;
   const auto& items = result.items->items;
-  sd.reserve(items.size() / 2);
   for (std::size_t i = 0; i < items.size(); i += 2) {
-    const std::string& key = *items[i].text;
+    const std::string& key = items[i].str();
     if (items[i + 1].kind != Kind::kTensor) {
       fail("state dict entry '" + key + "' is a " + kind_name(items[i + 1].kind) +
            ", not a tensor");
     }
-    sd.insert_or_assign(key, items[i + 1].tensor);
+    charge_entry(key, sizeof(at::Tensor));
   }
-  if (const auto& metadata = result.items->metadata) {
-    for (std::size_t i = 0; i < metadata->items.size(); i += 2) {
-      const std::string& prefix = *metadata->items[i].text;
-      const Value& entry = metadata->items[i + 1];
+  sd.reserve(items.size() / 2);
+  for (std::size_t i = 0; i < items.size(); i += 2) {
+    sd.insert_or_assign(items[i].str(), items[i + 1].tensor());
+  }
+  if (const Value& metadata = result.items->metadata; metadata.kind == Kind::kDict) {
+    for (std::size_t i = 0; i < metadata.items->items.size(); i += 2) {
+      const std::string& prefix = metadata.items->items[i].str();
+      const Value& entry = metadata.items->items[i + 1];
       if (entry.kind != Kind::kDict) {
         fail("_metadata['" + prefix + "'] is a " + kind_name(entry.kind) + ", not a dict");
       }
+      charge_entry(prefix, sizeof(Metadata));
       Metadata md;
       for (std::size_t j = 0; j < entry.items->items.size(); j += 2) {
-        const std::string& name = *entry.items->items[j].text;
+        const std::string& name = entry.items->items[j].str();
         const Value& value = entry.items->items[j + 1];
         if (value.kind != Kind::kInt && value.kind != Kind::kBool) {
           fail("_metadata['" + prefix + "']['" + name + "'] is a " + kind_name(value.kind) +
                ", not an int");
         }
+        // A tree node: three links and a colour, the key and the value, the key's heap block.
+        charge(4 * sizeof(void*) + sizeof(std::string) + sizeof(std::int64_t) + name.size() + 1);
         md[name] = value.number;
       }
       sd.metadata().insert_or_assign(prefix, std::move(md));
@@ -610,7 +807,7 @@ StateDict Unpickler::run() {
         return to_state_dict(result);
       }
       case '(':  // MARK
-        charge(sizeof(std::size_t));
+        make_room(marks_, 1);
         marks_.push_back(stack_.size());
         break;
       case 'N':  // NONE
@@ -654,6 +851,7 @@ StateDict Unpickler::run() {
       case 0x85:    // TUPLE1
       case 0x86:    // TUPLE2
       case 0x87: {  // TUPLE3
+        charge_items<Value>(op - 0x84);
         std::vector<Value> items(op - 0x84);
         for (auto it = items.rbegin(); it != items.rend(); ++it) *it = pop();
         push(make_tuple(std::move(items)));
@@ -678,6 +876,9 @@ StateDict Unpickler::run() {
         for (std::size_t i = 0; i < items.size(); i += 2) {
           set_item(dict, std::move(items[i]), std::move(items[i + 1]));
         }
+        const std::uint64_t bytes = items.capacity() * sizeof(Value);
+        std::vector<Value>().swap(items);
+        budget_ += bytes;  // the temporary list, freed; its items live on in the dict
         break;
       }
       case 'c': {  // GLOBAL
@@ -692,7 +893,7 @@ StateDict Unpickler::run() {
         if (module.kind != Kind::kStr || name.kind != Kind::kStr) {
           error("STACK_GLOBAL needs two strings");
         }
-        push(resolve_global(*module.text, *name.text));
+        push(resolve_global(module.str(), name.str()));
         break;
       }
       case 'R': {  // REDUCE
@@ -718,14 +919,15 @@ StateDict Unpickler::run() {
         memoize(read_uint(4));
         break;
       case 0x94:  // MEMOIZE
-        memoize(memo_.size());
+        memoize(memo_count_);
         break;
       case 'h':    // BINGET
       case 'j': {  // LONG_BINGET
         const std::uint64_t index = read_uint(op == 'h' ? 1 : 4);
-        auto found = memo_.find(index);
-        if (found == memo_.end()) error("memo index " + std::to_string(index) + " is unset");
-        push(found->second);
+        if (index >= memo_.size() || memo_[index].kind == Kind::kUnset) {
+          error("memo index " + std::to_string(index) + " is unset");
+        }
+        push(memo_[index]);
         break;
       }
       default: {
@@ -742,8 +944,8 @@ StateDict Unpickler::run() {
 }  // namespace
 
 StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage,
-                              std::uint64_t budget) {
-  return Unpickler(pickle, load_storage, budget).run();
+                              std::uint64_t budget, const std::string& budget_rule) {
+  return Unpickler(pickle, load_storage, budget, budget_rule).run();
 }
 
 }  // namespace detail

@@ -26,12 +26,17 @@ using StorageLoader =
 /// and a handful of globals (collections.OrderedDict, the torch._utils tensor and parameter
 /// rebuild functions, torch.*Storage, torch.UntypedStorage, dtypes), so nothing in a file can
 /// run code. Every other global, opcode or object shape raises modhooks::Error naming it and
-/// its offset. Containers can neither nest deeper than a small bound nor contain themselves, and
-/// every object created (stack slot, memo entry, string, container, tensor) is charged at about
-/// its size against `budget` bytes: a pickle that asks for more fails instead of flooding memory
-/// with cheap opcodes.
+/// its offset. Containers can neither nest deeper than a small bound nor contain themselves.
+///
+/// Every allocation the unpickling makes is charged in full against `budget` bytes before it is
+/// made, and nothing is refunded: stack, memo and container slots (16 bytes each, vectors
+/// charged at each growth), strings, containers, storages (their bytes, StorageImpl and index
+/// entry), tensors (TensorImpl and libtorch's objects beside it, at an upper bound), and the
+/// returned state dict's entries. So the unpickling never holds more than `budget` bytes; a
+/// pickle that asks for more fails with an error that quotes `budget_rule`, which says how the
+/// caller set the budget.
 StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage,
-                              std::uint64_t budget);
+                              std::uint64_t budget, const std::string& budget_rule);
 
 }  // namespace detail
 }  // namespace modhooks

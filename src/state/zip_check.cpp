@@ -301,6 +301,17 @@ ZipArchive::ZipArchive(const caffe2::serialize::ReadAdapterInterface& in, bool v
   check_version(std::string(static_cast<const char*>(text.get()), version->size));
 }
 
+std::uint64_t ZipArchive::index_bytes() const {
+  // Per record a hash node (link, cached hash, the folded name, the record with its name), the
+  // two names' heap blocks and two bucket slots; the bucket array once more while it rehashes.
+  std::uint64_t bytes = sizeof(*this) + folder_.size() + 1;
+  for (const auto& [key, record] : records_) {
+    bytes += 16 + sizeof(std::pair<const std::string, ZipRecord>) + key.size() + 1 +
+             record.name.size() + 1 + 32;
+  }
+  return bytes;
+}
+
 const ZipRecord* ZipArchive::find(const std::string& name) const {
   auto found = records_.find(folder_ + folded(name));
   return found == records_.end() ? nullptr : &found->second;

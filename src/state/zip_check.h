@@ -44,6 +44,9 @@ class ZipArchive {
   /// The record's bytes, CRC-32 checked; an error names the record.
   at::DataPtr read(const ZipRecord& record) const;
 
+  /// An upper bound of the memory the archive's index of records holds, for the load's budget.
+  std::uint64_t index_bytes() const;
+
  private:
   const caffe2::serialize::ReadAdapterInterface& in_;
   std::unordered_map<std::string, ZipRecord> records_;  // by case-folded name

@@ -193,6 +193,15 @@ def main(out_dir: pathlib.Path):
     save("views.pt", views)
 
     save("plain_dict.pt", dict(mlp().state_dict()))
+    # The most objects per byte of file a module's state dict has: hundreds of one-element
+    # parameters and buffers over hundreds of submodules, each with its _metadata entry
+    # (tests/load_memory_test.cpp); and 2,000 views of one small tensor.
+    tiny = torch.nn.Sequential(*[
+        torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.BatchNorm1d(1)) for _ in range(100)])
+    torch.save(tiny.state_dict(), out / "tiny_modules.pt")
+    row = torch.arange(4, dtype=torch.float32)
+    torch.save(collections.OrderedDict((f"v{i}", row[i % 4:]) for i in range(2000)),
+               out / "many_views.pt")
     # dtypes torch.save writes through _rebuild_tensor_v3 that only the newest libtorch has.
     raw = torch.randint(0, 256, (3, 4), generator=generator, dtype=torch.uint8)
     save("dtypes_newest.pt", collections.OrderedDict(
