@@ -1,0 +1,249 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "modhooks/dist/comm_hooks.h"
+#include "modhooks/nn/call.h"
+#include "modhooks/state/state_dict.h"
+
+namespace modhooks {
+namespace dist {
+
+/// Python's `DistributedDataParallel` keywords; options left unset behave as Python's defaults.
+struct DDPOptions {
+  /// Bucket size in MiB. Unset: 25 MiB, with Python's 1 MiB first bucket after the rebuild; set
+  /// (even to 25): every bucket, the first included, holds up to this much, as in Python.
+  TORCH_ARG(std::optional<double>, bucket_cap_mb) = std::nullopt;
+  /// Traverse the autograd graph from the outputs each step to mark parameters that took no part
+  /// (they are then reduced as zeros and their `.grad` left alone).
+  TORCH_ARG(bool, find_unused_parameters) = false;
+  /// The set of used parameters and the graph stay the same each step: the first step's
+  /// all-reduce is delayed to its end, later steps run from a fixed bucket order.
+  TORCH_ARG(bool, static_graph) = false;
+  /// Parameters' `.grad` become views into the Reducer's buckets (saves a copy and memory);
+  /// clear them with `zero_grad()` of the DDP object, not the optimizer's.
+  TORCH_ARG(bool, gradient_as_bucket_view) = false;
+  /// Broadcast buffers (BatchNorm's running stats) from rank 0 at the start of each forward.
+  TORCH_ARG(bool, broadcast_buffers) = true;
+  /// The group to reduce over; null: the default group of `init_process_group`.
+  TORCH_ARG(c10::intrusive_ptr<c10d::ProcessGroup>, process_group) = {};
+};
+
+namespace detail {
+
+struct DDPState;
+
+/// Applies `f(at::Tensor&)` to every tensor in a forward's output: tensors, vectors, tuples,
+/// pairs, maps, `IValue`s and nestings of them (Python's `_find_tensors`); other types hold none.
+template <class F>
+void visit_tensors(at::Tensor& tensor, F& f) {
+  f(tensor);
+}
+template <class F>
+void visit_tensors(c10::IValue& value, F& f);
+template <class T, class F>
+void visit_tensors(std::vector<T>& values, F& f) {
+  for (auto& value : values) visit_tensors(value, f);
+}
+template <class F, class... T>
+void visit_tensors(std::tuple<T...>& values, F& f) {
+  std::apply([&](auto&... value) { (visit_tensors(value, f), ...); }, values);
+}
+template <class A, class B, class F>
+void visit_tensors(std::pair<A, B>& values, F& f) {
+  visit_tensors(values.first, f);
+  visit_tensors(values.second, f);
+}
+template <class K, class V, class F>
+void visit_tensors(std::map<K, V>& values, F& f) {
+  for (auto& [key, value] : values) visit_tensors(value, f);
+}
+template <class T, class F>
+void visit_tensors(T& /*value*/, F& /*f*/) {}
+template <class F>
+void visit_tensors(c10::IValue& value, F& f) {
+  if (value.isTensor()) {
+    at::Tensor tensor = value.toTensor();
+    f(tensor);
+    value = tensor;
+  } else if (value.isList()) {
+    auto list = value.toList();
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      c10::IValue element = list.get(i);
+      visit_tensors(element, f);
+      list.set(i, std::move(element));
+    }
+  } else if (value.isTuple()) {
+    auto tuple = value.toTuple();
+    for (std::size_t i = 0; i < tuple->elements().size(); ++i) {
+      c10::IValue element = tuple->elements()[i];
+      visit_tensors(element, f);
+      tuple->unsafeSetElement(i, std::move(element));
+    }
+  } else if (value.isGenericDict()) {
+    for (auto& entry : value.toGenericDict()) {
+      c10::IValue element = entry.value();
+      visit_tensors(element, f);
+      entry.setValue(std::move(element));
+    }
+  }
+}
+
+}  // namespace detail
+
+/// What `DistributedDataParallel` does apart from calling the module: the c10d Reducer and its
+/// process group, the buffers' broadcast, `no_sync`, comm hooks and `zero_grad`. The template
+/// above it adds the module's type.
+class DistributedDataParallelBase : public torch::nn::Module {
+ public:
+  ~DistributedDataParallelBase() override;
+  DistributedDataParallelBase(const DistributedDataParallelBase&) = delete;
+  DistributedDataParallelBase& operator=(const DistributedDataParallelBase&) = delete;
+
+  /// Python's `with ddp.no_sync():` as a guard: while it lives, forwards and backwards
+  /// accumulate gradients locally; the first backward after it reduces the sum.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallelBase& ddp);
+    NoSyncGuard(NoSyncGuard&& other) noexcept;
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(NoSyncGuard&&) = delete;
+    ~NoSyncGuard();
+
+   private:
+    DistributedDataParallelBase* ddp_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  /// Python's `register_comm_hook`: once, before the first backward.
+  void register_comm_hook(const CommHook& hook);
+  /// A c10d hook object of one's own.
+  void register_comm_hook(std::unique_ptr<c10d::CommHookInterface> hook);
+  /// A function of one's own: `hook(c10d::GradBucket&) -> c10::intrusive_ptr<Future>`, whose
+  /// future holds the reduced bucket (or a list whose first tensor is).
+  template <class F, std::enable_if_t<std::is_constructible_v<CommHook::Function, F> &&
+                                          !std::is_same_v<std::decay_t<F>, CommHook>,
+                                      int> = 0>
+  void register_comm_hook(F&& hook) {
+    register_comm_hook(CommHook(CommHook::Function(std::forward<F>(hook))));
+  }
+
+  /// Clears the module's gradients: drops them (`set_to_none`) or zeroes them in place, which
+  /// keeps bucket views intact where `Optimizer::zero_grad` would fail on them.
+  void zero_grad(bool set_to_none = true) override;
+
+  /// The group the gradients are reduced over.
+  const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const;
+  const DDPOptions& options() const;
+
+ protected:
+  DistributedDataParallelBase(std::shared_ptr<torch::nn::Module> module, DDPOptions options);
+
+  /// Python's `_pre_forward`: Reducer bookkeeping, bucket rebuild, buffers broadcast.
+  void pre_forward();
+  /// Python's `_post_forward`: `prepare_for_backward`, and the `_DDPSink` over `outputs` where
+  /// Python runs it (find_unused_parameters, or static_graph's first step); returns whether it
+  /// replaced any of `outputs`.
+  bool post_forward(std::vector<at::Tensor>& outputs);
+
+ private:
+  std::shared_ptr<detail::DDPState> state_;
+};
+
+/// Python's `torch.nn.parallel.DistributedDataParallel` on c10d: the same c10d Reducer Python's
+/// DDP drives (buckets all-reduced from autograd hooks while backward runs), driven the same way,
+/// so parameters stay bitwise equal to a Python DDP run of the same model and data.
+///
+/// It is an nn module whose only child, "module", is the wrapped model: `parameters()` are the
+/// model's, and `modhooks::state_dict(ddp)` has Python DDP's "module." keys. `ddp(args...)`
+/// runs the model's `forward` through `modhooks::call` (hooks on the DDP object, the model and
+/// its children fire as without DDP) and returns what it returns.
+///
+/// **Example**:
+/// \code
+///   modhooks::dist::init_process_group();   // under torchrun --no-python
+///   modhooks::dist::DistributedDataParallel ddp(net, DDPOptions().bucket_cap_mb(25));
+///   torch::optim::SGD opt(ddp.parameters(), 0.1);
+///   ddp(x).sum().backward();
+///   opt.step();
+/// \endcode
+template <class Impl>
+class DistributedDataParallel : public DistributedDataParallelBase {
+ public:
+  /// Wraps `module`: any spelling `modhooks::register_*` accepts (a holder, a `shared_ptr<T>`,
+  /// a `T&` owned by a `shared_ptr`). Collective: every rank of the group must construct it.
+  /// Checks the model is the same on every rank, then broadcasts rank 0's parameters and
+  /// buffers. Raises `modhooks::Error` on every rank when the models differ.
+  template <class M, modhooks::detail::IfNnModule<M> = 0>
+  explicit DistributedDataParallel(M&& module, DDPOptions options = DDPOptions())
+      : DistributedDataParallelBase(share(module), std::move(options)),
+        module_(std::static_pointer_cast<Impl>(share(module))) {}
+
+  /// The forward of Python's DDP: runs `module()` through `modhooks::call` between the
+  /// Reducer's per-step calls.
+  template <class... Args>
+  auto forward(Args&&... args)
+      -> decltype(modhooks::call(std::declval<Impl&>(), std::forward<Args>(args)...)) {
+    pre_forward();
+    auto output = modhooks::call(*module_, std::forward<Args>(args)...);
+    std::vector<at::Tensor> tensors;
+    auto collect = [&](at::Tensor& t) { tensors.push_back(t); };
+    detail::visit_tensors(output, collect);
+    if (post_forward(tensors)) {
+      std::size_t i = 0;
+      auto replace = [&](at::Tensor& t) { t = tensors[i++]; };
+      detail::visit_tensors(output, replace);
+    }
+    return output;
+  }
+
+  /// `ddp(args...)`: `forward` through modhooks' call path, so hooks on the DDP object fire too.
+  template <class... Args>
+  auto operator()(Args&&... args)
+      -> decltype(std::declval<DistributedDataParallel&>().forward(std::forward<Args>(args)...)) {
+    return modhooks::call(*this, std::forward<Args>(args)...);
+  }
+
+  /// The wrapped model (Python's `ddp.module`).
+  Impl& module() const { return *module_; }
+  const std::shared_ptr<Impl>& module_ptr() const { return module_; }
+
+ private:
+  template <class M>
+  static std::shared_ptr<torch::nn::Module> share(M& module) {
+    auto& impl = modhooks::detail::module_ref(module);
+    return static_cast<torch::nn::Module&>(impl).shared_from_this();
+  }
+
+  std::shared_ptr<Impl> module_;
+};
+
+template <class M, modhooks::detail::IfNnModule<M> = 0>
+DistributedDataParallel(M&&, DDPOptions) -> DistributedDataParallel<
+    std::remove_reference_t<decltype(modhooks::detail::module_ref(std::declval<M&>()))>>;
+template <class M, modhooks::detail::IfNnModule<M> = 0>
+DistributedDataParallel(M&&) -> DistributedDataParallel<
+    std::remove_reference_t<decltype(modhooks::detail::module_ref(std::declval<M&>()))>>;
+
+/// Python's `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present`: strips `prefix`
+/// from the keys that start with it (and from the metadata's), in place, as Python does (a
+/// stripped key moves to the end, so a dict whose keys all carry the prefix keeps its order).
+void consume_prefix_in_state_dict_if_present(StateDict& state_dict, const std::string& prefix);
+
+}  // namespace dist
+}  // namespace modhooks

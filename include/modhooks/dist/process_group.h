@@ -1,0 +1,60 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <chrono>
+#include <string>
+
+namespace modhooks {
+namespace dist {
+
+/// Python's `torch.distributed.init_process_group` keywords.
+struct InitOptions {
+  /// "gloo" (CPU tensors) or "nccl" (CUDA tensors; only where the libtorch was built with it).
+  TORCH_ARG(std::string, backend) = "gloo";
+  /// "env://" (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as torchrun sets them),
+  /// "tcp://host:port" or "file:///path". Rank and world size come from `rank` and `world_size`
+  /// where set, else from RANK and WORLD_SIZE (and for tcp:// and file:// URLs, from their
+  /// `?rank=&world_size=` query as Python reads it).
+  TORCH_ARG(std::string, init_method) = "env://";
+  TORCH_ARG(int, rank) = -1;
+  TORCH_ARG(int, world_size) = -1;
+  /// How long a rendezvous or a collective may wait for the other ranks before it raises: Python's
+  /// default of 30 minutes for Gloo (10 for NCCL when left at zero).
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::milliseconds(0);
+};
+
+/// Python's `init_process_group`: connects this process to the others and makes the group all
+/// collectives and `DistributedDataParallel` use by default. Under torchrun the launcher hosts the
+/// store (TORCHELASTIC_USE_AGENT_STORE): this process connects to it as a client, as Python's
+/// rendezvous does. Raises `modhooks::Error` on a bad URL, a missing variable, an unknown or
+/// uncompiled backend, or when the other ranks do not come within the timeout.
+void init_process_group(const InitOptions& options = InitOptions());
+
+/// Whether `init_process_group` ran (and `destroy_process_group` did not since).
+bool is_initialized();
+
+/// This process's rank in the default group (`modhooks::Error` before `init_process_group`).
+int get_rank();
+
+/// The number of processes in the default group.
+int get_world_size();
+
+/// The default group itself, for c10d calls of one's own (`allreduce`, `broadcast`, ...).
+c10::intrusive_ptr<c10d::ProcessGroup> default_group();
+
+/// A barrier over the default group.
+void barrier();
+
+/// Python's `destroy_process_group`: drops the default group (its connections close when the
+/// last `DistributedDataParallel` using it goes). Safe to call when none exists.
+void destroy_process_group();
+
+/// Whether this build of libtorch has the NCCL backend compiled in.
+bool is_nccl_available();
+
+}  // namespace dist
+}  // namespace modhooks

@@ -1,0 +1,43 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <exception>
+#include <string>
+
+#include "modhooks/core/error.h"
+
+namespace modhooks {
+namespace dist {
+namespace detail {
+
+/// The first line of a libtorch message (c10::Error appends a C++ stack trace).
+inline std::string first_line(const std::string& text) {
+  auto end = text.find("\nException raised from");
+  return end == std::string::npos ? text : text.substr(0, end);
+}
+
+/// Runs `f`, turning what libtorch and gloo raise into `modhooks::Error`.
+template <class F>
+void translate(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    modhooks::detail::fail(std::string("[modhooks.dist.") + what + "] " + first_line(e.what()));
+  }
+}
+
+/// The NCCL backend (src/dist/nccl.cpp); raises where NCCL is not compiled in.
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    int rank, int size,
+                                                    std::chrono::milliseconds timeout);
+
+}  // namespace detail
+}  // namespace dist
+}  // namespace modhooks
