@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -121,6 +122,102 @@ TEST(Call, FastPathCounterFollowsRegistrationAndModuleDeath) {
   modhooks::register_forward_hook(last, [](torch::nn::Module&, const IValues&, const c10::IValue&) {
   }).remove();
   EXPECT_LT(modhooks::detail::call_hooks_active.load(), 200);
+}
+
+// Forward hooks see forward's tensors without a reference count of their own (borrowed): the
+// counts must come out as they went in, whatever the hooks keep or replace.
+TEST(Call, ForwardHooksLeaveReferenceCountsAsTheyFoundThem) {
+  torch::nn::Identity identity;
+  at::Tensor x = at::randn({2});
+  const auto before = x.use_count();
+  IValues kept_args;
+  c10::IValue kept_output;
+  {
+    ScopedHandle look(modhooks::register_forward_hook(
+        identity, [&](torch::nn::Module&, const IValues& args, const c10::IValue& out) {
+          EXPECT_EQ(args.size(), 1u);
+          EXPECT_TRUE(args[0].toTensor().is_same(x));
+          EXPECT_TRUE(out.toTensor().is_same(x));
+        }));
+    modhooks::call(identity, x);
+    EXPECT_EQ(x.use_count(), before);
+    ScopedHandle keep(modhooks::register_forward_hook(
+        identity, [&](torch::nn::Module&, const IValues& args, const c10::IValue& out) {
+          kept_args = args;  // copies take their own references
+          kept_output = out;
+        }));
+    at::Tensor y = modhooks::call(identity, x);
+    EXPECT_EQ(x.use_count(), before + 3);  // y, kept_args[0], kept_output
+  }
+  kept_args.clear();
+  kept_output = c10::IValue();
+  EXPECT_EQ(x.use_count(), before);
+}
+
+TEST(Call, ForwardHooksReplacingTheOutputReleaseNothingTwice) {
+  torch::nn::Identity identity;
+  at::Tensor x = at::randn({2});
+  at::Tensor replacement = at::ones({2});
+  const auto x_count = x.use_count();
+  const auto replacement_count = replacement.use_count();
+  std::vector<bool> saw_replacement;
+  ScopedHandle first(modhooks::register_forward_hook(
+      identity, [&](torch::nn::Module&, const IValues&, const c10::IValue&) {
+        return c10::IValue(replacement);
+      }));
+  ScopedHandle second(modhooks::register_forward_hook(
+      identity, [&](torch::nn::Module&, const IValues&, const c10::IValue& out) {
+        saw_replacement.push_back(out.toTensor().is_same(replacement));
+      }));
+  for (int i = 0; i < 3; ++i) {
+    at::Tensor y = modhooks::call(identity, x);
+    EXPECT_TRUE(y.is_same(replacement));
+  }
+  EXPECT_EQ(saw_replacement, std::vector<bool>(3, true));
+  EXPECT_EQ(x.use_count(), x_count);
+  EXPECT_EQ(replacement.use_count(), replacement_count);
+}
+
+// A hook that runs another hooked module: the inner call's arguments must not disturb the outer
+// call's, though both reuse the thread's argument buffer.
+TEST(Call, AHookedCallInsideAHookKeepsTheOuterArguments) {
+  torch::nn::Identity outer;
+  torch::nn::Identity inner;
+  at::Tensor x = at::randn({2});
+  at::Tensor z = at::randn({3});
+  std::vector<bool> outer_saw_x;
+  ScopedHandle on_inner(modhooks::register_forward_hook(
+      inner, [&](torch::nn::Module&, const IValues& args, const c10::IValue&) {
+        EXPECT_TRUE(args[0].toTensor().is_same(z));
+      }));
+  ScopedHandle on_outer(modhooks::register_forward_hook(
+      outer, [&](torch::nn::Module&, const IValues& args, const c10::IValue&) {
+        modhooks::call(inner, z);
+        outer_saw_x.push_back(args[0].toTensor().is_same(x));
+      }));
+  modhooks::call(outer, x);
+  modhooks::call(outer, x);
+  EXPECT_EQ(outer_saw_x, std::vector<bool>(2, true));
+}
+
+TEST(Call, AlwaysCalledHooksSeeTheOutputAnEarlierHookRaisedOn) {
+  torch::nn::Identity identity;
+  at::Tensor x = at::randn({2});
+  const auto before = x.use_count();
+  std::vector<bool> saw_x;
+  ScopedHandle raises(modhooks::register_forward_hook(
+      identity, [&](torch::nn::Module&, const IValues&, const c10::IValue&) {
+        throw std::runtime_error("hook failed");
+      }));
+  ScopedHandle always(modhooks::register_forward_hook(
+      identity,
+      [&](torch::nn::Module&, const IValues& args, const c10::IValue& out) {
+        saw_x.push_back(args[0].toTensor().is_same(x) && out.toTensor().is_same(x));
+      },
+      modhooks::ForwardHookOptions().always_call(true)));
+  EXPECT_THROW(modhooks::call(identity, x), std::runtime_error);
+  EXPECT_EQ(saw_x, std::vector<bool>{true});
+  EXPECT_EQ(x.use_count(), before);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -656,4 +657,63 @@ TEST(StateDictHooks, AModuleNoSharedPtrOwnsTakesBuffersButNoHooks) {
   EXPECT_THROWS_WITH(modhooks::register_state_dict_pre_hook(
                          on_stack, [](torch::nn::Module&, const std::string&, bool) {}),
                      "cannot be tied to its lifetime");
+}
+
+// A module that registers a non-persistent buffer in its constructor gets its entry before a
+// shared_ptr owns it; the entry takes the owner at the next lookup, and then dies with the
+// module: a module built later at the same address starts clean.
+struct MaskedImpl : torch::nn::Module {
+  MaskedImpl() { modhooks::register_buffer(*this, "mask", at::ones({1}), /*persistent=*/false); }
+};
+struct PlainMaskImpl : torch::nn::Module {
+  PlainMaskImpl() { register_buffer("mask", at::ones({1})); }
+};
+
+/// A module of type T owned by a shared_ptr with its own control block (`make_shared` puts both
+/// in one block, which a table entry's weak reference keeps allocated).
+template <class T>
+std::shared_ptr<T> owned() {
+  return std::shared_ptr<T>(new T());
+}
+
+/// A new module of type T built where `address` was (allocators reuse a freed block at once), or
+/// null after many tries.
+template <class T>
+std::shared_ptr<T> built_at(const void* address) {
+  std::vector<std::shared_ptr<T>> others;
+  for (int i = 0; i < 1000; ++i) {
+    auto module = owned<T>();
+    if (module.get() == address) return module;
+    others.push_back(std::move(module));
+  }
+  return nullptr;
+}
+
+TEST(StateDictHooks, AModuleAtADeadOnesAddressInheritsNeitherHooksNorBufferNames) {
+  int fired = 0;
+  const void* address = nullptr;
+  {
+    auto first = owned<MaskedImpl>();
+    address = first.get();
+    // The handle goes; the hook stays with the module, as in Python.
+    modhooks::register_state_dict_pre_hook(
+        first, [&](torch::nn::Module&, const std::string&, bool) { ++fired; });
+    modhooks::state_dict(*first);
+    EXPECT_EQ(fired, 1);
+  }
+  auto same_class = built_at<MaskedImpl>(address);
+  if (!same_class) GTEST_SKIP() << "the allocator did not reuse the address";
+  EXPECT_FALSE(modhooks::state_dict(*same_class).contains("mask"));  // its own entry
+  EXPECT_EQ(fired, 1);  // the dead module's hook is gone
+  same_class.reset();
+
+  // Without a hook: the first lookup while owned (here state_dict) hands the entry the owner.
+  {
+    auto masked = owned<MaskedImpl>();
+    address = masked.get();
+    EXPECT_FALSE(modhooks::state_dict(*masked).contains("mask"));
+  }
+  auto plain = built_at<PlainMaskImpl>(address);
+  if (!plain) GTEST_SKIP() << "the allocator did not reuse the address";
+  EXPECT_TRUE(modhooks::state_dict(*plain).contains("mask"));
 }

@@ -100,7 +100,7 @@ HookedCall::HookedCall(torch::jit::Module module, std::shared_ptr<JitHooks> hook
                        std::shared_ptr<const CallSite> site)
     : module_(std::move(module)),
       site_(std::move(site)),
-      dispatch_(global_hooks<torch::jit::Module>().get(), std::move(hooks)) {}
+      dispatch_(global_hooks<torch::jit::Module>().get(), hooks.get()) {}
 
 void HookedCall::enter(std::vector<c10::IValue>& args) {
   if (dispatch_.has_backward_hooks()) {
@@ -120,17 +120,21 @@ void HookedCall::enter(std::vector<c10::IValue>& args) {
 }
 
 void HookedCall::exit(c10::IValue& output) {
+  ShownValue shown(std::move(output));
   try {
-    if (dispatch_.run_forward_hooks(module_, args_, output)) check_output(*site_, module_, output);
-    if (backward_hook_) wrap_script_output(*backward_hook_, output);
+    if (dispatch_.run_forward_hooks(module_, args_, shown)) {
+      check_output(*site_, module_, shown.get());
+    }
+    if (backward_hook_) wrap_script_output(*backward_hook_, shown.owned());
   } catch (...) {
-    dispatch_.run_always_called(module_, args_, output);
+    dispatch_.run_always_called(module_, args_, shown);
     throw;
   }
+  output = std::move(shown.owned());
 }
 
 void HookedCall::failed() noexcept {
-  c10::IValue none;
+  ShownValue none;
   try {
     dispatch_.run_always_called(module_, args_, none);
   } catch (...) {  // the method's own exception is the one that propagates

@@ -18,13 +18,13 @@ std::shared_ptr<JitHooks> find_hooks(const torch::jit::Module& module) {
 
 std::shared_ptr<JitHooks> find_hooks(const c10::ivalue::Object* object) {
   if (!hooked_modules.may_have_hooks(object)) return nullptr;
-  return table_of<JitHooks>().find(object);
+  return jit_table<JitHooks>().find(object);
 }
 
 std::shared_ptr<JitHooks> hooks_for(torch::jit::Module& module) {
   auto instrumentation = instrumentation_for(module);
   prepare_inner_hooks(*instrumentation, module);
-  return jit_entry_for(table_of<JitHooks>(), module, [&] {
+  return jit_entry_for(jit_table<JitHooks>(), module, [&] {
     return std::make_shared<JitHooks>(inner_hook_observer(instrumentation, module));
   });
 }

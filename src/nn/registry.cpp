@@ -14,11 +14,11 @@ namespace modhooks {
 namespace detail {
 std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module) {
   if (!hooked_modules.may_have_hooks(&module)) return nullptr;
-  return table_of<NnHooks>().find(&module);
+  return entry_find(nn_table<NnHooks>(), module);
 }
 
 std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module) {
-  return entry_for(table_of<NnHooks>(), module, [&] {
+  return entry_for(nn_table<NnHooks>(), module, [&] {
     return std::make_shared<NnHooks>(std::make_shared<FilterObserver>(&module));
   });
 }

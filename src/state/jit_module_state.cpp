@@ -62,11 +62,11 @@ struct JitAdapter {
 }  // namespace
 
 std::shared_ptr<JitStateHooks> find_state_hooks(const torch::jit::Module& module) {
-  return jit_entry_find(table_of<JitStateHooks>(), module);
+  return jit_entry_find(jit_table<JitStateHooks>(), module);
 }
 
 std::shared_ptr<JitStateHooks> state_hooks_for(torch::jit::Module& module) {
-  return jit_entry_for(table_of<JitStateHooks>(), module);
+  return jit_entry_for(jit_table<JitStateHooks>(), module);
 }
 
 }  // namespace detail

@@ -127,15 +127,15 @@ struct NnAdapter {
 }  // namespace
 
 std::shared_ptr<NnStateHooks> find_state_hooks(const torch::nn::Module& module) {
-  return table_of<NnStateHooks>().find(&module);
+  return entry_find(nn_table<NnStateHooks>(), module);
 }
 
 std::shared_ptr<NnStateHooks> state_hooks_for(torch::nn::Module& module) {
-  return entry_for(table_of<NnStateHooks>(), module);
+  return entry_for(nn_table<NnStateHooks>(), module);
 }
 
 std::shared_ptr<NnStateHooks> state_data_for(torch::nn::Module& module) {
-  return data_entry_for(table_of<NnStateHooks>(), module);
+  return data_entry_for(nn_table<NnStateHooks>(), module);
 }
 
 }  // namespace detail

@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -17,36 +16,46 @@ namespace detail {
 
 /// Maps a module's identity (an address) to its hook tables.
 ///
-/// libtorch modules have no slot for hooks, so they live beside the module. Each entry keeps a
-/// liveness test (a weak reference to the module) so that an entry whose module died is never
-/// handed to a new module that reuses the address; dead entries are dropped when seen and swept
-/// as the table grows, which also frees their hooks.
+/// libtorch modules have no slot for hooks, so they live beside the module. Each entry keeps the
+/// module's `Owner`, a weak reference that tells whether the module is still alive, so that an
+/// entry whose module died is never handed to a new module that reuses the address; dead entries
+/// are dropped when seen and swept as the table grows, which also frees their hooks. `Owner` has
+/// `bool alive() const noexcept` and `bool owned() const noexcept`; an owner that is not `owned`
+/// cannot tell (an nn module that nothing owned yet) and counts as alive.
 ///
 /// Every hooked call looks its module up here, so the map is a flat open-addressing table with a
 /// multiplicative hash (no division, no node to chase) behind a spin lock.
-template <class Hooks>
+template <class Hooks, class Owner>
 class ModuleTable {
  public:
-  using Alive = std::function<bool()>;
-
-  /// The live module's tables, or null when it has none.
-  std::shared_ptr<Hooks> find(const void* key) {
+  /// The live module's tables, or null when it has none. An `owner` that can tell the module's
+  /// death where the entry's owner could not (the module was owned since) becomes the entry's.
+  std::shared_ptr<Hooks> find(const void* key, Owner owner = Owner()) {
     std::shared_ptr<Hooks> dead;  // destroyed after the lock: hooks' destructors may re-enter
     std::lock_guard<SpinLock> lock(lock_);
-    const std::size_t at = position(key);
+    const std::size_t at = live_position(key, dead);
     if (at == kNone) return nullptr;
-    Slot& slot = slots_[at];
-    if (slot.alive()) return slot.hooks;
-    dead = std::move(slot.hooks);
-    erase(at);
-    return nullptr;
+    adopt(slots_[at], std::move(owner));
+    return slots_[at].hooks;
   }
 
-  /// The module's tables, created by `make` on first use. `alive` tells later whether the
+  /// Returns `f(&tables)` for the live module's tables, `f(nullptr)` where it has none, under the
+  /// table's lock: a hooked call copies what it needs without taking a reference to the tables.
+  /// `f` must be short and must not enter the table again.
+  template <class F>
+  decltype(auto) visit(const void* key, F&& f) {
+    std::shared_ptr<Hooks> dead;
+    std::lock_guard<SpinLock> lock(lock_);
+    const std::size_t at = live_position(key, dead);
+    return f(at == kNone ? nullptr : &slots_[at].hooks);
+  }
+
+  /// The module's tables, created by `make` on first use. `owner` tells later whether the
   /// module is still the one at `key`.
   template <class Make>
-  std::shared_ptr<Hooks> get_or_create(const void* key, Alive alive, Make&& make) {
+  std::shared_ptr<Hooks> get_or_create(const void* key, Owner owner, Make&& make) {
     std::vector<Slot> old;  // dead entries and the old array die after the lock
+    std::shared_ptr<Hooks> dead;
     std::lock_guard<SpinLock> lock(lock_);
     if (size_ + 1 > slots_.size() / 2) {
       // Full enough to sweep: keep the live entries, in an array four times their number or
@@ -54,7 +63,7 @@ class ModuleTable {
       old.swap(slots_);
       std::vector<Slot> live;
       for (Slot& slot : old) {
-        if (slot.key && slot.alive()) live.push_back(std::move(slot));
+        if (slot.key && slot.owner.alive()) live.push_back(std::move(slot));
       }
       std::size_t capacity = kMinCapacity;
       while (capacity < 4 * (live.size() + 1)) capacity *= 2;
@@ -62,18 +71,17 @@ class ModuleTable {
       size_ = 0;
       for (Slot& slot : live) place(std::move(slot));
     }
-    std::size_t at = position(key);
-    if (at != kNone && !slots_[at].alive()) {
-      old.push_back(std::move(slots_[at]));
-      erase(at);
-      at = kNone;
+    std::size_t at = live_position(key, dead);
+    if (at == kNone) {
+      at = place(Slot{key, std::move(owner), make()});
+    } else {
+      adopt(slots_[at], std::move(owner));
     }
-    if (at == kNone) at = place(Slot{key, std::move(alive), make()});
     return slots_[at].hooks;
   }
 
-  std::shared_ptr<Hooks> get_or_create(const void* key, Alive alive) {
-    return get_or_create(key, std::move(alive), [] { return std::make_shared<Hooks>(); });
+  std::shared_ptr<Hooks> get_or_create(const void* key, Owner owner) {
+    return get_or_create(key, std::move(owner), [] { return std::make_shared<Hooks>(); });
   }
 
   std::size_t size() {
@@ -86,9 +94,24 @@ class ModuleTable {
   static constexpr std::size_t kNone = ~std::size_t{0};
   struct Slot {
     const void* key = nullptr;  // null: free
-    Alive alive;
+    Owner owner;
     std::shared_ptr<Hooks> hooks;
   };
+
+  /// Where the live entry of `key` is, or kNone; a dead one is erased, its tables moved to
+  /// `dead` (to die after the lock).
+  std::size_t live_position(const void* key, std::shared_ptr<Hooks>& dead) {
+    const std::size_t at = position(key);
+    if (at == kNone || slots_[at].owner.alive()) return at;
+    dead = std::move(slots_[at].hooks);
+    erase(at);
+    return kNone;
+  }
+
+  /// The module gained an owner since its entry was made: from now on the entry dies with it.
+  static void adopt(Slot& slot, Owner&& owner) noexcept {
+    if (!slot.owner.owned() && owner.owned()) slot.owner = std::move(owner);
+  }
 
   std::size_t home(const void* key) const noexcept {
     const auto x = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(key));
@@ -136,9 +159,9 @@ class ModuleTable {
 };
 
 /// The process's one table of `Hooks` entries (one per module kind and layer).
-template <class Hooks>
-ModuleTable<Hooks>& table_of() {
-  static ModuleTable<Hooks> table;
+template <class Hooks, class Owner>
+ModuleTable<Hooks, Owner>& table_of() {
+  static ModuleTable<Hooks, Owner> table;
   return table;
 }
 

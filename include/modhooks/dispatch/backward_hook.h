@@ -71,15 +71,16 @@ class BackwardHookBase : public torch::CustomClassHolder {
 template <class M>
 class BackwardHook final : public BackwardHookBase {
  public:
-  /// `global` is null where no global hooks apply.
-  BackwardHook(M& module, std::shared_ptr<M> keep_alive, const ModuleHooks<M>* global,
-               const ModuleHooks<M>* local)
+  /// Runs the backward lists of `global` (the global hooks' snapshots, empty where none apply)
+  /// and `local` (the module's).
+  BackwardHook(M& module, std::shared_ptr<M> keep_alive, const HookSnapshots<M>& global,
+               const HookSnapshots<M>& local)
       : module_(&module),
         keep_alive_(std::move(keep_alive)),
-        global_pre_(global ? global->backward_pre.snapshot() : nullptr),
-        global_full_(global ? global->backward.snapshot() : nullptr),
-        local_pre_(local ? local->backward_pre.snapshot() : nullptr),
-        local_full_(local ? local->backward.snapshot() : nullptr) {}
+        global_pre_(global.backward_pre),
+        global_full_(global.backward),
+        local_pre_(local.backward_pre),
+        local_full_(local.backward) {}
 
  private:
   void run_pre_hooks(TensorList& grad_output) override {

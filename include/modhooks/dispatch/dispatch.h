@@ -2,8 +2,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
+#include <c10/util/MaybeOwned.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -18,26 +20,64 @@
 namespace modhooks {
 namespace detail {
 
-/// The hook side of one call, Python's `_call_impl` without the forward itself: the tables are
+/// A value shown to hooks that may borrow its object: it holds the object without a reference
+/// count of its own (two atomic operations fewer per hooked call) while the owner, forward's
+/// arguments or result, outlives it. Hooks receive it as `const&`; one that keeps it copies it,
+/// which takes a reference as usual. Replacing the value drops the borrow without releasing it.
+class ShownValue {
+ public:
+  ShownValue() = default;
+  explicit ShownValue(c10::IValue owned) noexcept : value_(std::move(owned)) {}
+  /// Borrows `tensor`, which must outlive this value or its next `replace`.
+  static ShownValue borrowing(const at::Tensor& tensor) noexcept {
+    ShownValue shown(c10::IValue(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(tensor)));
+    shown.borrowed_ = true;
+    return shown;
+  }
+  ShownValue(ShownValue&& other) noexcept
+      : value_(std::move(other.value_)), borrowed_(std::exchange(other.borrowed_, false)) {}
+  ShownValue& operator=(ShownValue&&) = delete;
+  ~ShownValue() { drop_borrow(); }
+
+  const c10::IValue& get() const noexcept { return value_; }
+  void replace(c10::IValue value) noexcept {
+    drop_borrow();
+    value_ = std::move(value);
+  }
+  /// The value, made owned (a borrowed object gets its reference now).
+  c10::IValue& owned() {
+    if (borrowed_) {
+      c10::IValue copy = value_;
+      replace(std::move(copy));
+    }
+    return value_;
+  }
+
+ private:
+  void drop_borrow() noexcept {
+    if (borrowed_) c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow(value_);  // no release
+    borrowed_ = false;
+  }
+  c10::IValue value_;
+  bool borrowed_ = false;
+};
+
+/// The hook side of one call, Python's `_call_impl` without the forward itself: the lists are
 /// snapshotted when the call starts, so hooks registered or removed meanwhile do not affect it.
 /// `call` for nn modules (typed arguments) and for TorchScript modules (IValues) both run it.
 template <class M>
 class Dispatch {
  public:
-  /// `global` is null where no global hooks apply.
-  Dispatch(const ModuleHooks<M>* global, std::shared_ptr<ModuleHooks<M>> local)
-      : global_(global),
-        local_(std::move(local)),
-        global_pre_(global ? global->forward_pre.snapshot() : nullptr),
-        global_fwd_(global ? global->forward.snapshot() : nullptr),
-        local_pre_(local_ ? local_->forward_pre.snapshot() : nullptr),
-        local_fwd_(local_ ? local_->forward.snapshot() : nullptr) {}
+  /// Snapshots the lists of `global` (null where no global hooks apply) and of `local` (the
+  /// module's tables, null where it has none); neither is used after the constructor.
+  Dispatch(const ModuleHooks<M>* global, const ModuleHooks<M>* local)
+      : global_(global), local_(local) {}
 
-  bool has_pre_hooks() const { return any(global_pre_) || any(local_pre_); }
-  bool has_forward_hooks() const { return any(global_fwd_) || any(local_fwd_); }
+  bool has_pre_hooks() const { return any(global_.forward_pre) || any(local_.forward_pre); }
+  bool has_forward_hooks() const { return any(global_.forward) || any(local_.forward); }
   bool has_backward_hooks() const {
-    return (global_ && (!global_->backward_pre.empty() || !global_->backward.empty())) ||
-           (local_ && (!local_->backward_pre.empty() || !local_->backward.empty()));
+    return any(global_.backward_pre) || any(global_.backward) || any(local_.backward_pre) ||
+           any(local_.backward);
   }
   bool empty() const { return !has_pre_hooks() && !has_forward_hooks() && !has_backward_hooks(); }
 
@@ -47,14 +87,14 @@ class Dispatch {
   template <class KeepAlive>
   c10::intrusive_ptr<BackwardHookBase> backward_hook(M& module, KeepAlive&& keep_alive) {
     if (!has_backward_hooks()) return {};
-    return c10::make_intrusive<BackwardHook<M>>(module, keep_alive(), global_, local_.get());
+    return c10::make_intrusive<BackwardHook<M>>(module, keep_alive(), global_, local_);
   }
 
   /// Global, then the module's pre-hooks; each sees the args the previous one left. Returns
   /// whether any replaced them.
   bool run_pre_hooks(M& module, std::vector<c10::IValue>& args) {
     bool replaced_any = false;
-    for (const auto* list : {&global_pre_, &local_pre_}) {
+    for (const auto* list : {&global_.forward_pre, &local_.forward_pre}) {
       if (!*list) continue;
       for (const auto& entry : **list) {
         if (auto replaced = entry.hook(module, args)) {
@@ -67,15 +107,15 @@ class Dispatch {
   }
 
   /// Global, then the module's forward hooks; returns whether any replaced `output`.
-  bool run_forward_hooks(M& module, const std::vector<c10::IValue>& args, c10::IValue& output) {
+  bool run_forward_hooks(M& module, const std::vector<c10::IValue>& args, ShownValue& output) {
     bool replaced_any = false;
-    for (const auto* list : {&global_fwd_, &local_fwd_}) {
+    for (const auto* list : {&global_.forward, &local_.forward}) {
       if (!*list) continue;
       for (const auto& entry : **list) {
         // Marked before the call: a hook that raises is not run again by the error path.
         if (entry.hook.always_call) always_called_.push_back(entry.id);
-        if (auto replaced = entry.hook.fn(module, args, output)) {
-          output = std::move(*replaced);
+        if (auto replaced = entry.hook.fn(module, args, output.get())) {
+          output.replace(std::move(*replaced));
           replaced_any = true;
         }
       }
@@ -86,13 +126,12 @@ class Dispatch {
   /// Python's exception path: always-call forward hooks that have not run yet run now, global
   /// ones first; an exception they raise becomes a warning, so the original error is the one
   /// that propagates.
-  void run_always_called(M& module, const std::vector<c10::IValue>& args, c10::IValue& output) {
-    run_always_called(module, global_fwd_, "global module ", args, output);
-    run_always_called(module, local_fwd_, "module ", args, output);
+  void run_always_called(M& module, const std::vector<c10::IValue>& args, ShownValue& output) {
+    run_always_called(module, global_.forward, "global module ", args, output);
+    run_always_called(module, local_.forward, "module ", args, output);
   }
 
  private:
-  using ForwardPre = typename HookList<ForwardPreHookFn<M>>::Snapshot;
   using Forward = typename HookList<ForwardHookEntry<M>>::Snapshot;
 
   template <class Snapshot>
@@ -101,7 +140,7 @@ class Dispatch {
   }
 
   void run_always_called(M& module, const Forward& hooks, const char* kind,
-                         const std::vector<c10::IValue>& args, c10::IValue& output) {
+                         const std::vector<c10::IValue>& args, ShownValue& output) {
     if (!hooks) return;
     for (const auto& entry : *hooks) {
       if (!entry.hook.always_call || std::find(always_called_.begin(), always_called_.end(),
@@ -109,7 +148,9 @@ class Dispatch {
         continue;
       }
       try {
-        if (auto replaced = entry.hook.fn(module, args, output)) output = std::move(*replaced);
+        if (auto replaced = entry.hook.fn(module, args, output.get())) {
+          output.replace(std::move(*replaced));
+        }
       } catch (const std::exception& e) {
         TORCH_WARN(kind,
                    "forward hook with ``always_call=True`` raised an exception that was "
@@ -119,12 +160,8 @@ class Dispatch {
     }
   }
 
-  const ModuleHooks<M>* global_;
-  std::shared_ptr<ModuleHooks<M>> local_;
-  ForwardPre global_pre_;
-  Forward global_fwd_;
-  ForwardPre local_pre_;
-  Forward local_fwd_;
+  HookSnapshots<M> global_;
+  HookSnapshots<M> local_;
   std::vector<std::uint64_t> always_called_;
 };
 

@@ -86,5 +86,24 @@ struct ModuleHooks {
   HookList<BackwardHookFn<M>> backward{&call_hooks_active, observer.get()};
 };
 
+/// The lists of one `ModuleHooks` as one call sees them: snapshots taken when the call starts,
+/// so that the call needs no reference to the tables themselves (each reference costs a hooked
+/// call two atomic operations). Empty lists are null.
+template <class M>
+struct HookSnapshots {
+  HookSnapshots() = default;
+  /// `hooks` may be null (no tables); it is not used after the constructor.
+  explicit HookSnapshots(const ModuleHooks<M>* hooks)
+      : forward_pre(hooks ? hooks->forward_pre.snapshot() : nullptr),
+        forward(hooks ? hooks->forward.snapshot() : nullptr),
+        backward_pre(hooks ? hooks->backward_pre.snapshot() : nullptr),
+        backward(hooks ? hooks->backward.snapshot() : nullptr) {}
+
+  typename HookList<ForwardPreHookFn<M>>::Snapshot forward_pre;
+  typename HookList<ForwardHookEntry<M>>::Snapshot forward;
+  typename HookList<BackwardPreHookFn<M>>::Snapshot backward_pre;
+  typename HookList<BackwardHookFn<M>>::Snapshot backward;
+};
+
 }  // namespace detail
 }  // namespace modhooks

@@ -23,18 +23,32 @@ inline torch::jit::Module& module_ref(const torch::jit::Module& module) noexcept
   return const_cast<torch::jit::Module&>(module);  // a handle: hooks attach to its object
 }
 
+/// What tells a TorchScript module's entries whether its object is still alive.
+struct JitOwner {
+  bool alive() const noexcept { return !object.expired(); }
+  bool owned() const noexcept { return true; }
+
+  c10::weak_intrusive_ptr<c10::ivalue::Object> object{c10::intrusive_ptr<c10::ivalue::Object>()};
+};
+
+/// The table of `Hooks` entries of TorchScript modules.
+template <class Hooks>
+ModuleTable<Hooks, JitOwner>& jit_table() {
+  return table_of<Hooks, JitOwner>();
+}
+
 /// A TorchScript module's entry in `table`: keyed by the object behind the handle, alive while
 /// that object is.
 template <class Hooks, class... Make>
-std::shared_ptr<Hooks> jit_entry_for(ModuleTable<Hooks>& table, const torch::jit::Module& module,
-                                     Make&&... make) {
-  c10::weak_intrusive_ptr<c10::ivalue::Object> object(module._ivalue());
-  return table.get_or_create(
-      module._ivalue().get(), [object] { return !object.expired(); }, std::forward<Make>(make)...);
+std::shared_ptr<Hooks> jit_entry_for(ModuleTable<Hooks, JitOwner>& table,
+                                     const torch::jit::Module& module, Make&&... make) {
+  JitOwner owner{c10::weak_intrusive_ptr<c10::ivalue::Object>(module._ivalue())};
+  return table.get_or_create(module._ivalue().get(), std::move(owner), std::forward<Make>(make)...);
 }
 
 template <class Hooks>
-std::shared_ptr<Hooks> jit_entry_find(ModuleTable<Hooks>& table, const torch::jit::Module& module) {
+std::shared_ptr<Hooks> jit_entry_find(ModuleTable<Hooks, JitOwner>& table,
+                                      const torch::jit::Module& module) {
   return table.find(module._ivalue().get());
 }
 

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <ATen/core/ivalue.h>
+#include <c10/util/MaybeOwned.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "modhooks/core/error.h"
+#include "modhooks/dispatch/dispatch.h"
 
 namespace modhooks {
 namespace detail {
@@ -131,6 +134,80 @@ std::vector<c10::IValue> box_all(const std::tuple<Ts...>& values) {
   std::apply([&](const Ts&... v) { (boxed.push_back(box(v)), ...); }, values);
   return boxed;
 }
+
+/// What forward hooks see of `value`: its boxed form; a tensor is borrowed (see `ShownValue`).
+template <class T>
+ShownValue show(const T& value) {
+  if constexpr (std::is_same_v<T, at::Tensor>) {
+    return ShownValue::borrowing(value);
+  } else {
+    return ShownValue(box(value));
+  }
+}
+
+/// The `args` forward hooks see: forward's arguments boxed, tensors borrowed (see `ShownValue`)
+/// from `values`, which outlive it. Each thread keeps one vector for this, so that a hooked call
+/// allocates nothing; a call nested inside a hook, which finds it in use, takes its own.
+class ShownArgs {
+ public:
+  template <class Tuple>
+  explicit ShownArgs(const Tuple& values) {
+    Buffer& buffer = thread_buffer();
+    if (!buffer.busy) {
+      buffer.busy = true;
+      buffer_ = &buffer;
+      args_ = &buffer.args;
+    }
+    try {
+      args_->reserve(std::tuple_size_v<Tuple>);
+      std::apply([this](const auto&... v) { (push(v), ...); }, values);
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  ShownArgs(const ShownArgs&) = delete;
+  ShownArgs& operator=(const ShownArgs&) = delete;
+  ~ShownArgs() { release(); }
+
+  const std::vector<c10::IValue>& get() const noexcept { return *args_; }
+
+ private:
+  struct Buffer {
+    std::vector<c10::IValue> args;
+    bool busy = false;
+  };
+  static Buffer& thread_buffer() noexcept {
+    static thread_local Buffer buffer;
+    return buffer;
+  }
+
+  /// Forgets the borrowed tensors without releasing them and frees the thread's vector.
+  void release() noexcept {
+    for (std::size_t i = 0; i < args_->size() && i < 64; ++i) {
+      if (borrowed_ >> i & 1) c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow((*args_)[i]);
+    }
+    args_->clear();
+    if (buffer_) buffer_->busy = false;
+  }
+
+  template <class T>
+  void push(const T& value) {
+    if constexpr (std::is_same_v<T, at::Tensor>) {
+      if (args_->size() < 64) {
+        borrowed_ |= std::uint64_t{1} << args_->size();
+        args_->emplace_back(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(value));
+        return;
+      }
+    }
+    args_->push_back(box(value));
+  }
+
+  std::vector<c10::IValue> own_;  // used when the thread's vector is busy
+  std::vector<c10::IValue>* args_ = &own_;
+  Buffer* buffer_ = nullptr;
+  std::uint64_t borrowed_ = 0;  // bit i: (*args_)[i] is borrowed
+};
 
 template <class... Ts>
 void unbox_all(const std::vector<c10::IValue>& boxed, std::tuple<Ts...>& values) {

@@ -47,31 +47,38 @@ template <class R, bool kOwned, class T, class Values>
 R run_hooked(T& module, Dispatch<torch::nn::Module>& dispatch,
              const c10::intrusive_ptr<BackwardHookBase>& backward_hook, Values& values) {
   torch::nn::Module& base = module;
-  std::vector<c10::IValue> boxed;  // what the hooks see as `args`
+  std::vector<c10::IValue> pre_args;  // what pre-hooks see and replace, while they run
   std::optional<R> result;
-  c10::IValue output;
+  std::optional<ShownValue> output;  // what forward hooks see, while they run
   try {
     if constexpr (kOwned) {
       if (dispatch.has_pre_hooks()) {
-        boxed = box_all(values);
-        if (dispatch.run_pre_hooks(base, boxed)) {
-          unbox_replacement("forward pre-hook", base, [&] { unbox_all(boxed, values); });
+        pre_args = box_all(values);
+        if (dispatch.run_pre_hooks(base, pre_args)) {
+          unbox_replacement("forward pre-hook", base, [&] { unbox_all(pre_args, values); });
         }
+        pre_args.clear();
       }
       if (backward_hook) wrap_tuple(*backward_hook, values, /*output_side=*/false);
     }
     result.emplace(std::apply([&](auto&... a) -> R { return module.forward(a...); }, values));
     if (dispatch.has_forward_hooks()) {
-      boxed = box_all(values);  // hooks see the args forward received, views included
-      output = box(*result);
-      if (dispatch.run_forward_hooks(base, boxed, output)) {
-        unbox_replacement("forward hook", base, [&] { unbox_into(output, *result); });
+      const ShownArgs args(values);  // hooks see the args forward received, views included
+      output.emplace(show(*result));
+      if (dispatch.run_forward_hooks(base, args.get(), *output)) {
+        unbox_replacement("forward hook", base, [&] { unbox_into(output->get(), *result); });
       }
+      output.reset();
     }
     if (backward_hook) wrap_output(*backward_hook, *result);
   } catch (...) {
-    if (boxed.empty()) boxed = box_all(values);
-    dispatch.run_always_called(base, boxed, output);
+    if (!output) output.emplace();
+    if (!pre_args.empty()) {
+      dispatch.run_always_called(base, pre_args, *output);
+    } else {
+      const ShownArgs args(values);
+      dispatch.run_always_called(base, args.get(), *output);
+    }
     throw;
   }
   return std::move(*result);
@@ -83,13 +90,11 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
   using R = decltype(module.forward(std::forward<Args>(args)...));
   torch::nn::Module& base = module;
-  auto local = find_hooks(module);
   const NnHooks* global =
       global_hooks_active<torch::nn::Module>.load(std::memory_order_relaxed) != 0
           ? global_hooks<torch::nn::Module>().get()
           : nullptr;
-  if (!local && !global) return module.forward(std::forward<Args>(args)...);
-  Dispatch<torch::nn::Module> dispatch(global, std::move(local));
+  Dispatch<torch::nn::Module> dispatch = dispatch_for(module, global);
   if (dispatch.empty()) return module.forward(std::forward<Args>(args)...);
 
   auto backward_hook = dispatch.backward_hook(base, [&] { return base.weak_from_this().lock(); });

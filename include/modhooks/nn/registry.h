@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "modhooks/core/module_table.h"
+#include "modhooks/dispatch/dispatch.h"
 #include "modhooks/dispatch/hook_types.h"
 
 namespace modhooks {
@@ -21,38 +22,70 @@ using NnHooks = ModuleHooks<torch::nn::Module>;
 /// "a hook on Linear cannot be tied to its lifetime ...": what `entry_for` throws.
 [[noreturn]] void fail_unowned(const torch::nn::Module& module);
 
+/// What tells an nn module's entries whether the module is still alive: the shared_ptr that owns
+/// it (every ModuleHolder's), weakly. A module that nothing owns (on the stack, or inside its
+/// constructor) cannot tell its death; see `data_entry_for`.
+struct NnOwner {
+  static NnOwner of(const torch::nn::Module& module) {
+    std::weak_ptr<const torch::nn::Module> owner = module.weak_from_this();
+    const bool owned = !owner.expired();
+    return NnOwner{std::move(owner), owned};
+  }
+  bool alive() const noexcept { return !owned_ || !owner.expired(); }
+  bool owned() const noexcept { return owned_; }
+
+  std::weak_ptr<const torch::nn::Module> owner;
+  bool owned_ = false;
+};
+
+/// The table of `Hooks` entries of nn modules.
+template <class Hooks>
+ModuleTable<Hooks, NnOwner>& nn_table() {
+  return table_of<Hooks, NnOwner>();
+}
+
 /// The entry of `module` in `table` for plain data that captures nothing (names of
 /// non-persistent buffers, a state-dict version), created on first use. A module is identified by
 /// its address and, when a shared_ptr owns it (as every ModuleHolder does), by that ownership, so
-/// an entry made while a shared_ptr owns the module never passes to a new module built where a
-/// dead one was. A module not owned by a shared_ptr (on the stack, or inside its constructor)
-/// cannot tell its death: its entry lives as long as the process, and stays the module's entry
-/// once it is owned, so `entry_for` below hands it out too (a known defect: docs/state.md,
-/// "Modules without an owner").
+/// an entry never passes to a new module built where a dead one was once the module was seen
+/// owned: an entry made before (a buffer registered in the constructor) takes the owner at the
+/// module's next lookup. A module that dies before any lookup while owned leaves its entry to
+/// the next module at its address (a known defect: docs/state.md, "Modules without an owner").
 template <class Hooks, class... Make>
-std::shared_ptr<Hooks> data_entry_for(ModuleTable<Hooks>& table, torch::nn::Module& module,
+std::shared_ptr<Hooks> data_entry_for(ModuleTable<Hooks, NnOwner>& table, torch::nn::Module& module,
                                       Make&&... make) {
-  std::weak_ptr<torch::nn::Module> owner = module.weak_from_this();
-  if (owner.expired()) {
-    return table.get_or_create(
-        &module, [] { return true; }, std::forward<Make>(make)...);
-  }
-  return table.get_or_create(
-      &module, [owner] { return !owner.expired(); }, std::forward<Make>(make)...);
+  return table.get_or_create(&module, NnOwner::of(module), std::forward<Make>(make)...);
 }
 
 /// The same for hook tables. Hooks capture what their module's user gave them, so an entry
 /// that could pass to a new module at a dead one's address would call hooks whose captures
 /// are gone: a module not owned by a shared_ptr is refused.
 template <class Hooks, class... Make>
-std::shared_ptr<Hooks> entry_for(ModuleTable<Hooks>& table, torch::nn::Module& module,
+std::shared_ptr<Hooks> entry_for(ModuleTable<Hooks, NnOwner>& table, torch::nn::Module& module,
                                  Make&&... make) {
   if (module.weak_from_this().expired()) fail_unowned(module);
   return data_entry_for(table, module, std::forward<Make>(make)...);
 }
 
+/// The entry of `module` in `table`, or null (see `data_entry_for` for the owner it takes).
+template <class Hooks>
+std::shared_ptr<Hooks> entry_find(ModuleTable<Hooks, NnOwner>& table,
+                                  const torch::nn::Module& module) {
+  return table.find(&module, NnOwner::of(module));
+}
+
 /// The hook tables of `module`, or null when it has none.
 std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module);
+
+/// The dispatch of one call of `module`: snapshots of its hook lists, taken under the table's
+/// lock, and of `global`'s (null where no global hooks apply).
+inline Dispatch<torch::nn::Module> dispatch_for(const torch::nn::Module& module,
+                                                const NnHooks* global) {
+  if (!hooked_modules.may_have_hooks(&module)) return Dispatch<torch::nn::Module>(global, nullptr);
+  return nn_table<NnHooks>().visit(&module, [&](const std::shared_ptr<NnHooks>* hooks) {
+    return Dispatch<torch::nn::Module>(global, hooks ? hooks->get() : nullptr);
+  });
+}
 
 /// The hook tables of `module`, created on first use.
 std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module);
