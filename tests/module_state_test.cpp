@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "modhooks/state/detail/traversal.h"
 #include "nets.h"
+#include "state/traversal.h"
 #include "test_util.h"
 
 namespace {

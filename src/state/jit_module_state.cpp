@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "modhooks/jit/registry.h"
-#include "modhooks/state/detail/traversal.h"
 #include "modhooks/state/module_state.h"
+#include "traversal.h"
 
 namespace modhooks {
 namespace detail {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "modhooks/core/module_table.h"
-#include "modhooks/state/detail/traversal.h"
+#include "traversal.h"
 
 namespace modhooks {
 namespace detail {

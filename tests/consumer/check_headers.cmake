@@ -1,0 +1,23 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# cmake -DPREFIX=<install prefix> -P check_headers.cmake: the installed headers include no fmt
+# header (fmt is a private dependency of modhooks) and no private header is installed.
+file(GLOB_RECURSE headers "${PREFIX}/include/modhooks/*")
+if(NOT headers)
+  message(FATAL_ERROR "no headers under ${PREFIX}/include/modhooks")
+endif()
+set(bad "")
+foreach(h IN LISTS headers)
+  file(STRINGS "${h}" fmt_includes REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]fmt/")
+  if(fmt_includes)
+    list(APPEND bad "${h}: ${fmt_includes}")
+  endif()
+  if(h MATCHES "/state/detail/traversal\\.h$")
+    list(APPEND bad "${h}: a private header")
+  endif()
+endforeach()
+if(bad)
+  list(JOIN bad "\n  " bad)
+  message(FATAL_ERROR "installed headers that must not be there or include fmt:\n  ${bad}")
+endif()
+list(LENGTH headers n)
+message(STATUS "${n} installed headers, none includes fmt")
