@@ -19,7 +19,9 @@ std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module) {
 
 std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module) {
   return entry_for(nn_table<NnHooks>(), module, [&] {
-    return std::make_shared<NnHooks>(std::make_shared<FilterObserver>(&module));
+    // The table's lock guards the lists: a hooked call takes one lock, not two.
+    return std::make_shared<NnHooks>(std::make_shared<FilterObserver>(&module),
+                                     &nn_table<NnHooks>().guard());
   });
 }
 

@@ -88,9 +88,13 @@ class HookList final : public HookTableBase {
   using Snapshot = std::shared_ptr<const Entries>;
 
   /// `counter`, when given, tracks how many hooks this list holds (see `call_hooks_active`);
-  /// `observer`, when given, hears of every change after the list's lock is released.
-  explicit HookList(std::atomic<std::int64_t>* counter = nullptr, HookObserver* observer = nullptr)
-      : counter_(counter), observer_(observer) {}
+  /// `observer`, when given, hears of every change after the list's lock is released. `guard`,
+  /// when given, is the lock that guards the list instead of its own: a module table passes its
+  /// lock, so that a hooked call snapshots the module's lists under the one lock it takes to find
+  /// them (see `snapshot_guarded`).
+  explicit HookList(std::atomic<std::int64_t>* counter = nullptr, HookObserver* observer = nullptr,
+                    SpinLock* guard = nullptr)
+      : guard_(guard ? guard : &lock_), counter_(counter), observer_(observer) {}
   HookList(const HookList&) = delete;
   HookList& operator=(const HookList&) = delete;
   ~HookList() override {
@@ -137,7 +141,13 @@ class HookList final : public HookTableBase {
   /// not affect it.
   Snapshot snapshot() const {
     if (empty()) return nullptr;
-    std::lock_guard<SpinLock> lock(lock_);
+    std::lock_guard<SpinLock> lock(*guard_);
+    return entries_;
+  }
+
+  /// The same, for a caller that holds the list's guard.
+  Snapshot snapshot_guarded() const {
+    if (empty()) return nullptr;
     return entries_;
   }
 
@@ -158,14 +168,15 @@ class HookList final : public HookTableBase {
   /// re-enter modhooks), unless a snapshot still holds it.
   void publish(Snapshot next) {
     {
-      std::lock_guard<SpinLock> lock(lock_);
+      std::lock_guard<SpinLock> lock(*guard_);
       entries_.swap(next);
     }
     size_.store(entries_->size(), std::memory_order_release);
   }
 
   std::mutex write_mutex_;  // one editor at a time, so that the copy is made outside `lock_`
-  mutable SpinLock lock_;   // guards the pointer `entries_` between editors and snapshots
+  mutable SpinLock lock_;   // guards the pointer `entries_` between editors and snapshots,
+  SpinLock* guard_;         // unless another lock does
   Snapshot entries_ = std::make_shared<const Entries>();
   std::atomic<std::size_t> size_{0};
   std::atomic<std::int64_t>* counter_;

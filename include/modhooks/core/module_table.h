@@ -84,6 +84,10 @@ class ModuleTable {
     return get_or_create(key, std::move(owner), [] { return std::make_shared<Hooks>(); });
   }
 
+  /// The table's lock, which may also guard what its entries hold (see `HookList`): whoever
+  /// visits an entry then reads it under the lock the visit holds anyway.
+  SpinLock& guard() noexcept { return lock_; }
+
   std::size_t size() {
     std::lock_guard<SpinLock> lock(lock_);
     return size_;

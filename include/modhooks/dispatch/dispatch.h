@@ -70,8 +70,9 @@ class Dispatch {
  public:
   /// Snapshots the lists of `global` (null where no global hooks apply) and of `local` (the
   /// module's tables, null where it has none); neither is used after the constructor.
-  Dispatch(const ModuleHooks<M>* global, const ModuleHooks<M>* local)
-      : global_(global), local_(local) {}
+  /// `local_guarded`: the caller holds the guard of `local`'s lists (see `HookList`).
+  Dispatch(const ModuleHooks<M>* global, const ModuleHooks<M>* local, bool local_guarded = false)
+      : global_(global, false), local_(local, local_guarded) {}
 
   bool has_pre_hooks() const { return any(global_.forward_pre) || any(local_.forward_pre); }
   bool has_forward_hooks() const { return any(global_.forward) || any(local_.forward); }

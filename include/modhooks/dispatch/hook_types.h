@@ -71,8 +71,9 @@ using BackwardHookFn =
 /// tables keep it alive.
 template <class M>
 struct ModuleHooks {
-  explicit ModuleHooks(std::shared_ptr<HookObserver> observer = nullptr)
-      : observer(std::move(observer)) {}
+  /// `guard`, when given, guards the lists instead of their own locks (see `HookList`).
+  explicit ModuleHooks(std::shared_ptr<HookObserver> observer = nullptr, SpinLock* guard = nullptr)
+      : observer(std::move(observer)), guard(guard) {}
 
   /// No hook in any list (relaxed loads: a hook added meanwhile may or may not be seen).
   bool empty() const noexcept {
@@ -80,10 +81,11 @@ struct ModuleHooks {
   }
 
   std::shared_ptr<HookObserver> observer;  // declared first: the lists report to it as they die
-  HookList<ForwardPreHookFn<M>> forward_pre{&call_hooks_active, observer.get()};
-  HookList<ForwardHookEntry<M>> forward{&call_hooks_active, observer.get()};
-  HookList<BackwardPreHookFn<M>> backward_pre{&call_hooks_active, observer.get()};
-  HookList<BackwardHookFn<M>> backward{&call_hooks_active, observer.get()};
+  SpinLock* guard;
+  HookList<ForwardPreHookFn<M>> forward_pre{&call_hooks_active, observer.get(), guard};
+  HookList<ForwardHookEntry<M>> forward{&call_hooks_active, observer.get(), guard};
+  HookList<BackwardPreHookFn<M>> backward_pre{&call_hooks_active, observer.get(), guard};
+  HookList<BackwardHookFn<M>> backward{&call_hooks_active, observer.get(), guard};
 };
 
 /// The lists of one `ModuleHooks` as one call sees them: snapshots taken when the call starts,
@@ -92,17 +94,27 @@ struct ModuleHooks {
 template <class M>
 struct HookSnapshots {
   HookSnapshots() = default;
-  /// `hooks` may be null (no tables); it is not used after the constructor.
-  explicit HookSnapshots(const ModuleHooks<M>* hooks)
-      : forward_pre(hooks ? hooks->forward_pre.snapshot() : nullptr),
-        forward(hooks ? hooks->forward.snapshot() : nullptr),
-        backward_pre(hooks ? hooks->backward_pre.snapshot() : nullptr),
-        backward(hooks ? hooks->backward.snapshot() : nullptr) {}
+  /// `hooks` may be null (no tables); it is not used after the constructor. `guarded`: the
+  /// caller holds the tables' guard.
+  HookSnapshots(const ModuleHooks<M>* hooks, bool guarded)
+      : forward_pre(take(hooks, &ModuleHooks<M>::forward_pre, guarded)),
+        forward(take(hooks, &ModuleHooks<M>::forward, guarded)),
+        backward_pre(take(hooks, &ModuleHooks<M>::backward_pre, guarded)),
+        backward(take(hooks, &ModuleHooks<M>::backward, guarded)) {}
 
   typename HookList<ForwardPreHookFn<M>>::Snapshot forward_pre;
   typename HookList<ForwardHookEntry<M>>::Snapshot forward;
   typename HookList<BackwardPreHookFn<M>>::Snapshot backward_pre;
   typename HookList<BackwardHookFn<M>>::Snapshot backward;
+
+ private:
+  template <class Hook>
+  static typename HookList<Hook>::Snapshot take(const ModuleHooks<M>* hooks,
+                                                HookList<Hook> ModuleHooks<M>::*list,
+                                                bool guarded) {
+    if (!hooks) return nullptr;
+    return guarded ? (hooks->*list).snapshot_guarded() : (hooks->*list).snapshot();
+  }
 };
 
 }  // namespace detail

@@ -83,7 +83,7 @@ inline Dispatch<torch::nn::Module> dispatch_for(const torch::nn::Module& module,
                                                 const NnHooks* global) {
   if (!hooked_modules.may_have_hooks(&module)) return Dispatch<torch::nn::Module>(global, nullptr);
   return nn_table<NnHooks>().visit(&module, [&](const std::shared_ptr<NnHooks>* hooks) {
-    return Dispatch<torch::nn::Module>(global, hooks ? hooks->get() : nullptr);
+    return Dispatch<torch::nn::Module>(global, hooks ? hooks->get() : nullptr, /*guarded=*/true);
   });
 }
 
