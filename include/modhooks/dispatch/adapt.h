@@ -46,6 +46,23 @@ decltype(auto) invoke_hook(F& hook, BaseOf<T>& module, A&&... args) {
   }
 }
 
+/// Whether a hook callable as `F&(BaseOf<T>&, A&...)` returns what its kind accepts: `void`
+/// (no replacement), the kind's result type `Ret` (or a type that converts to it implicitly), or
+/// `std::optional` of it (`std::nullopt` included). True for a hook that cannot be called at
+/// all, which adapt_hook's first static_assert reports instead.
+template <class Ret, class T, class F, class... A>
+constexpr bool hook_returns_result() {
+  if constexpr (std::is_invocable_v<F&, BaseOf<T>&, A&...> ||
+                std::is_invocable_v<F&, T&, A&...>) {
+    using R = decltype(invoke_hook<T>(std::declval<F&>(), std::declval<BaseOf<T>&>(),
+                                      std::declval<A&>()...));
+    return std::is_void_v<R> || std::is_convertible_v<R, Ret> ||
+           std::is_convertible_v<R, std::optional<Ret>>;
+  } else {
+    return true;
+  }
+}
+
 /// Adapts any callable with a fitting signature, returning `void`, a value or an optional, to
 /// the stored form. Done once at registration so dispatch pays nothing for the flexibility.
 template <class Ret, class T, class... A, class F>
@@ -53,6 +70,10 @@ std::function<std::optional<Ret>(BaseOf<T>&, A...)> adapt_hook(F hook) {
   static_assert(std::is_invocable_v<F&, BaseOf<T>&, A...> || std::is_invocable_v<F&, T&, A...>,
                 "modhooks: this hook cannot be called with the arguments of its hook kind "
                 "(the module, then what Python passes to that kind of hook)");
+  static_assert(hook_returns_result<Ret, T, F, A...>(),
+                "modhooks: this hook must return void (nothing replaced), its hook kind's result "
+                "type (the args vector for a forward pre-hook, the output IValue for a forward "
+                "hook, a TensorList for a backward hook) or std::optional of it");
   return [hook = std::move(hook)](BaseOf<T>& module, A... args) mutable {
     using R = decltype(invoke_hook<T>(hook, module, args...));
     if constexpr (std::is_void_v<R>) {
