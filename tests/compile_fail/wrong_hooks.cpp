@@ -29,9 +29,8 @@ void wrong_hook(std::shared_ptr<Net>& net) {
       net, [](torch::nn::Module&, const Args&) -> std::optional<Args> { return std::nullopt; });
   modhooks::register_forward_hook(
       net, [](torch::nn::Module&, const Args&, const c10::IValue& out) { return out; });
-  modhooks::register_forward_hook(net, [](torch::nn::Module&, const Args&, const c10::IValue&) {
-    return torch::zeros({1});
-  });
+  modhooks::register_forward_hook(
+      net, [](torch::nn::Module&, const Args&, const c10::IValue&) { return torch::zeros({1}); });
   modhooks::register_full_backward_hook(
       net, [](torch::nn::Module&, const TensorList&, const TensorList&) {});
   modhooks::register_full_backward_hook(

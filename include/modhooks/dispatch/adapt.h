@@ -52,8 +52,7 @@ decltype(auto) invoke_hook(F& hook, BaseOf<T>& module, A&&... args) {
 /// all, which adapt_hook's first static_assert reports instead.
 template <class Ret, class T, class F, class... A>
 constexpr bool hook_returns_result() {
-  if constexpr (std::is_invocable_v<F&, BaseOf<T>&, A&...> ||
-                std::is_invocable_v<F&, T&, A&...>) {
+  if constexpr (std::is_invocable_v<F&, BaseOf<T>&, A&...> || std::is_invocable_v<F&, T&, A&...>) {
     using R = decltype(invoke_hook<T>(std::declval<F&>(), std::declval<BaseOf<T>&>(),
                                       std::declval<A&>()...));
     return std::is_void_v<R> || std::is_convertible_v<R, Ret> ||
