@@ -15,7 +15,7 @@ MODHOOKS_TORCH_VERSION=2.15.0
 
 packages=(build-essential cmake ninja-build ccache libfmt-dev googletest libgtest-dev
   libbenchmark-dev nlohmann-json3-dev libdeflate-dev libtorch-dev python3-venv clang clang-format
-  rsync libgloo-dev)
+  rsync libgloo-dev doxygen)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
