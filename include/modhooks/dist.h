@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+/// \file
 /// Data-parallel training on c10d (the `dist` component, target `modhooks::dist`): process
 /// groups, `DistributedDataParallel`, comm hooks. Python's `torch.distributed` and
 /// `torch.nn.parallel.DistributedDataParallel`; see docs/dist.md.

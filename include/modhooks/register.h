@@ -14,8 +14,19 @@
 
 namespace modhooks {
 
+/// \addtogroup api_register
+/// @{
+
 /// Python's `Module.register_forward_pre_hook`: `hook(module, args)` runs before `forward` and
 /// may return replacement args (a vector of the same length).
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_forward_pre_hook(
+///       fc, [](torch::nn::Module&, const std::vector<c10::IValue>& args) {
+///         return std::vector<c10::IValue>{args[0].toTensor().clamp(-1, 1)};  // forward sees it
+///       });
+/// \endcode
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_forward_pre_hook(M&& module, F hook, ForwardHookOptions options = {}) {
   using T = detail::ModuleType<M>;
@@ -28,6 +39,15 @@ RemovableHandle register_forward_pre_hook(M&& module, F hook, ForwardHookOptions
 
 /// Python's `Module.register_forward_hook`: `hook(module, args, output)` runs after `forward`
 /// and may return a replacement output.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_forward_hook(
+///       fc, [](torch::nn::Module&, const std::vector<c10::IValue>&, const c10::IValue& out) {
+///         std::cout << out.toTensor().mean() << "\n";  // returns void: output unchanged
+///       },
+///       modhooks::ForwardHookOptions().always_call(true));
+/// \endcode
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_forward_hook(M&& module, F hook, ForwardHookOptions options = {}) {
   using T = detail::ModuleType<M>;
@@ -47,6 +67,14 @@ RemovableHandle register_forward_hook(M&& module, F hook, ForwardHookOptions opt
 
 /// Python's `Module.register_full_backward_pre_hook`: `hook(module, grad_output)` runs when the
 /// gradients of the module's outputs are ready and may return a replacement `grad_output`.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_full_backward_pre_hook(
+///       fc, [](torch::nn::Module&, const modhooks::TensorList& grad_output) {
+///         return modhooks::TensorList{grad_output[0] * 0.5};
+///       });
+/// \endcode
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_full_backward_pre_hook(M&& module, F hook, bool prepend = false) {
   using T = detail::ModuleType<M>;
@@ -59,6 +87,16 @@ RemovableHandle register_full_backward_pre_hook(M&& module, F hook, bool prepend
 /// Python's `Module.register_full_backward_hook`: `hook(module, grad_input, grad_output)` runs
 /// when the gradients of the module's inputs are ready and may return a replacement
 /// `grad_input`.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_full_backward_hook(
+///       fc, [](torch::nn::Module&, const modhooks::TensorList& grad_input,
+///              const modhooks::TensorList& grad_output) {
+///         // an undefined tensor stands where Python passes None
+///         if (grad_input[0].defined()) std::cout << grad_input[0].norm() << "\n";
+///       });
+/// \endcode
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_full_backward_hook(M&& module, F hook, bool prepend = false) {
   using T = detail::ModuleType<M>;
@@ -111,6 +149,14 @@ struct HookModule<std::function<R(M&, Rest...)>> {
 /// before the module's own pre-hooks. A hook taking `torch::jit::Module&` (or `auto&`) also
 /// runs for TorchScript modules: at `call` and at every rewritten inner call site (rewritten by
 /// `instrument`, or because a module of that type has a hook).
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_module_forward_pre_hook(
+///       [](torch::nn::Module& m, const std::vector<c10::IValue>&) {
+///         std::cout << "entering " << m.name() << "\n";
+///       });
+/// \endcode
 template <class F>
 RemovableHandle register_module_forward_pre_hook(F hook) {
   return detail::add_global_hook<detail::HookArgs, const detail::HookArgs&>(
@@ -118,6 +164,15 @@ RemovableHandle register_module_forward_pre_hook(F hook) {
 }
 
 /// Python's `register_module_forward_hook`: runs for every module, before its own forward hooks.
+/// As for the pre-hook, a hook taking `torch::jit::Module&` (or `auto&`) also runs for
+/// TorchScript modules.
+///
+/// **Example**:
+/// \code
+///   int calls = 0;
+///   auto h = modhooks::register_module_forward_hook(  // nn and TorchScript modules
+///       [&](auto&, const std::vector<c10::IValue>&, const c10::IValue&) { ++calls; });
+/// \endcode
 template <class F>
 RemovableHandle register_module_forward_hook(F hook, ForwardHookOptions options = {}) {
   return detail::add_global_hook<c10::IValue, const detail::HookArgs&, const c10::IValue&>(
@@ -129,7 +184,14 @@ RemovableHandle register_module_forward_hook(F hook, ForwardHookOptions options 
       options.prepend());
 }
 
-/// Python's `register_module_full_backward_pre_hook`.
+/// Python's `register_module_full_backward_pre_hook`: runs for every module, before its own
+/// backward pre-hooks.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_module_full_backward_pre_hook(
+///       modhooks::grad::check_finite());  // every module's grad_output
+/// \endcode
 template <class F>
 RemovableHandle register_module_full_backward_pre_hook(F hook) {
   return detail::add_global_hook<TensorList, const TensorList&>(
@@ -137,11 +199,22 @@ RemovableHandle register_module_full_backward_pre_hook(F hook) {
       false);
 }
 
-/// Python's `register_module_full_backward_hook`.
+/// Python's `register_module_full_backward_hook`: runs for every module, before its own full
+/// backward hooks.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_module_full_backward_hook(
+///       [](torch::nn::Module& m, const modhooks::TensorList&, const modhooks::TensorList&) {
+///         std::cout << "backward through " << m.name() << "\n";
+///       });
+/// \endcode
 template <class F>
 RemovableHandle register_module_full_backward_hook(F hook) {
   return detail::add_global_hook<TensorList, const TensorList&, const TensorList&>(
       std::move(hook), [](auto& hooks) -> auto& { return hooks.backward; }, detail::same, false);
 }
+
+/// @}
 
 }  // namespace modhooks

@@ -7,12 +7,26 @@
 
 namespace modhooks {
 
+/// \addtogroup api_core
+/// @{
+
 /// The one exception type modhooks raises. Its text is PyTorch's wherever PyTorch has one, so
 /// code ported from Python can match on the same messages.
+///
+/// **Example**:
+/// \code
+///   try {
+///     modhooks::submodule(net, "blokc");
+///   } catch (const modhooks::Error& e) {
+///     std::cerr << e.what() << "\n";  // "Net has no attribute `blokc`"
+///   }
+/// \endcode
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+/// @}
 
 namespace detail {
 

@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+/// \file
 /// Ready-made backward hooks that rewrite gradients on each tensor's own device. Each factory
 /// returns a small copyable callable that works both as a full backward pre-hook
 /// `(module, grad_output) -> new grad_output` and as a full backward hook
@@ -69,14 +70,24 @@ void check_finite(const Module& m, const TensorList& grads, const char* list_nam
 
 }  // namespace detail
 
+/// \addtogroup api_device
+/// @{
+
 /// Replaces every gradient by zeros.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_full_backward_hook(frozen, modhooks::grad::Zero());
+/// \endcode
 class Zero {
  public:
+  /// As a full backward pre-hook: zeros for `grad_output`. \see \ref api_device
   template <class Module>
   std::optional<std::vector<at::Tensor>> operator()(
       Module&, const std::vector<at::Tensor>& grad_output) const {
     return detail::zeros(grad_output);
   }
+  /// As a full backward hook: zeros for `grad_input`. \see \ref api_device
   template <class Module>
   std::optional<std::vector<at::Tensor>> operator()(Module&,
                                                     const std::vector<at::Tensor>& grad_input,
@@ -86,16 +97,25 @@ class Zero {
 };
 
 /// Multiplies every gradient by a constant.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_full_backward_pre_hook(fc, modhooks::grad::Scale(0.5));
+/// \endcode
 class Scale {
  public:
+  /// Multiplies by `factor`. \see \ref api_device
   explicit Scale(double factor) : factor_(factor) {}
+  /// The factor. \see \ref api_device
   double factor() const { return factor_; }
 
+  /// As a full backward pre-hook: `grad_output` times the factor. \see \ref api_device
   template <class Module>
   std::optional<std::vector<at::Tensor>> operator()(
       Module&, const std::vector<at::Tensor>& grad_output) const {
     return detail::scaled(grad_output, factor_);
   }
+  /// As a full backward hook: `grad_input` times the factor. \see \ref api_device
   template <class Module>
   std::optional<std::vector<at::Tensor>> operator()(Module&,
                                                     const std::vector<at::Tensor>& grad_input,
@@ -110,16 +130,25 @@ class Scale {
 /// torch.nn.utils.clip_grad_norm_ applied to the hook's gradients: when their total 2-norm
 /// exceeds max_norm they are scaled by max_norm / (norm + 1e-6); otherwise they are kept
 /// (std::nullopt), as is a NaN norm.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_full_backward_hook(fc, modhooks::grad::ClipNorm(1.0));
+/// \endcode
 class ClipNorm {
  public:
+  /// Clips to a total 2-norm of `max_norm`. \see \ref api_device
   explicit ClipNorm(double max_norm) : max_norm_(max_norm) {}
+  /// The largest total norm kept as it is. \see \ref api_device
   double max_norm() const { return max_norm_; }
 
+  /// As a full backward pre-hook: `grad_output` clipped, or std::nullopt. \see \ref api_device
   template <class Module>
   std::optional<std::vector<at::Tensor>> operator()(
       Module&, const std::vector<at::Tensor>& grad_output) const {
     return detail::clipped(grad_output, max_norm_);
   }
+  /// As a full backward hook: `grad_input` clipped, or std::nullopt. \see \ref api_device
   template <class Module>
   std::optional<std::vector<at::Tensor>> operator()(Module&,
                                                     const std::vector<at::Tensor>& grad_input,
@@ -133,14 +162,21 @@ class ClipNorm {
 
 /// Throws modhooks::Error naming the module and the gradient ("grad_output[1]") that holds NaN
 /// or Inf; rewrites nothing. The full-hook form checks grad_output, then grad_input.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_full_backward_hook(net, modhooks::grad::CheckFinite());
+/// \endcode
 class CheckFinite {
  public:
+  /// As a full backward pre-hook: checks `grad_output`. \see \ref api_device
   template <class Module>
   std::optional<std::vector<at::Tensor>> operator()(
       Module& m, const std::vector<at::Tensor>& grad_output) const {
     detail::check_finite(m, grad_output, "grad_output");
     return std::nullopt;
   }
+  /// As a full backward hook: checks `grad_output`, then `grad_input`. \see \ref api_device
   template <class Module>
   std::optional<std::vector<at::Tensor>> operator()(
       Module& m, const std::vector<at::Tensor>& grad_input,
@@ -151,9 +187,38 @@ class CheckFinite {
   }
 };
 
+/// A `Zero` hook.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_full_backward_pre_hook(fc, modhooks::grad::zero());
+/// \endcode
 inline Zero zero() { return Zero(); }
+
+/// A `Scale` hook.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_full_backward_pre_hook(fc, modhooks::grad::scale(0.5));
+/// \endcode
 inline Scale scale(double factor) { return Scale(factor); }
+
+/// A `ClipNorm` hook: Python's `clip_grad_norm_` on the hook's gradients.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_full_backward_hook(net, modhooks::grad::clip_norm(1.0));
+/// \endcode
 inline ClipNorm clip_norm(double max_norm) { return ClipNorm(max_norm); }
+
+/// A `CheckFinite` hook.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_full_backward_pre_hook(net, modhooks::grad::check_finite());
+/// \endcode
 inline CheckFinite check_finite() { return CheckFinite(); }
+
+/// @}
 
 }  // namespace modhooks::grad

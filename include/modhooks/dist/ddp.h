@@ -22,7 +22,17 @@
 namespace modhooks {
 namespace dist {
 
+/// \addtogroup api_dist
+/// @{
+
 /// Python's `DistributedDataParallel` keywords; options left unset behave as Python's defaults.
+/// Each is a `TORCH_ARG`: `options.static_graph(true)` sets it and returns the options,
+/// `options.static_graph()` reads it.
+///
+/// **Example**:
+/// \code
+///   auto options = modhooks::dist::DDPOptions().bucket_cap_mb(25).find_unused_parameters(true);
+/// \endcode
 struct DDPOptions {
   /// Bucket size in MiB. Unset: 25 MiB, with Python's 1 MiB first bucket after the rebuild; set
   /// (even to 25): every bucket, the first included, holds up to this much, as in Python.
@@ -41,6 +51,8 @@ struct DDPOptions {
   /// The group to reduce over; null: the default group of `init_process_group`.
   TORCH_ARG(c10::intrusive_ptr<c10d::ProcessGroup>, process_group) = {};
 };
+
+/// @}
 
 namespace detail {
 
@@ -104,9 +116,17 @@ void visit_tensors(c10::IValue& value, F& f) {
 
 }  // namespace detail
 
+/// \addtogroup api_dist
+/// @{
+
 /// What `DistributedDataParallel` does apart from calling the module: the c10d Reducer and its
 /// process group, the buffers' broadcast, `no_sync`, comm hooks and `zero_grad`. The template
 /// above it adds the module's type.
+///
+/// **Example**:
+/// \code
+///   void step(modhooks::dist::DistributedDataParallelBase& ddp) { ddp.zero_grad(); }
+/// \endcode
 class DistributedDataParallelBase : public torch::nn::Module {
  public:
   ~DistributedDataParallelBase() override;
@@ -115,9 +135,25 @@ class DistributedDataParallelBase : public torch::nn::Module {
 
   /// Python's `with ddp.no_sync():` as a guard: while it lives, forwards and backwards
   /// accumulate gradients locally; the first backward after it reduces the sum.
+  ///
+  /// **Example**:
+  /// \code
+  ///   {
+  ///     auto guard = ddp.no_sync();
+  ///     ddp(x).sum().backward();  // not reduced
+  ///   }
+  ///   ddp(y).sum().backward();    // reduces the sum of both
+  /// \endcode
   class NoSyncGuard {
    public:
+    /// Starts accumulating locally on `ddp`, as `ddp.no_sync()` does.
+    ///
+    /// **Example**:
+    /// \code
+    ///   modhooks::dist::DistributedDataParallelBase::NoSyncGuard guard(ddp);
+    /// \endcode
     explicit NoSyncGuard(DistributedDataParallelBase& ddp);
+    /// Takes over `other`'s guard. \see \ref api_dist
     NoSyncGuard(NoSyncGuard&& other) noexcept;
     NoSyncGuard(const NoSyncGuard&) = delete;
     NoSyncGuard& operator=(const NoSyncGuard&) = delete;
@@ -128,14 +164,38 @@ class DistributedDataParallelBase : public torch::nn::Module {
     DistributedDataParallelBase* ddp_;
     bool previous_;
   };
+  /// Python's `ddp.no_sync()`: gradients accumulate locally while the guard lives.
+  ///
+  /// **Example**:
+  /// \code
+  ///   auto guard = ddp.no_sync();
+  /// \endcode
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
   /// Python's `register_comm_hook`: once, before the first backward.
+  ///
+  /// **Example**:
+  /// \code
+  ///   ddp.register_comm_hook(modhooks::dist::comm_hooks::bf16_compress());
+  /// \endcode
   void register_comm_hook(const CommHook& hook);
   /// A c10d hook object of one's own.
+  ///
+  /// **Example**:
+  /// \code
+  ///   ddp.register_comm_hook(std::make_unique<MyCommHook>());  // a c10d::CommHookInterface
+  /// \endcode
   void register_comm_hook(std::unique_ptr<c10d::CommHookInterface> hook);
   /// A function of one's own: `hook(c10d::GradBucket&) -> c10::intrusive_ptr<Future>`, whose
   /// future holds the reduced bucket (or a list whose first tensor is).
+  ///
+  /// **Example**:
+  /// \code
+  ///   ddp.register_comm_hook([group = ddp.process_group()](c10d::GradBucket& bucket) {
+  ///     std::vector<at::Tensor> tensors{bucket.getBufferRef().div_(group->getSize())};
+  ///     return group->allreduce(tensors)->getFuture();
+  ///   });
+  /// \endcode
   template <class F, std::enable_if_t<std::is_constructible_v<CommHook::Function, F> &&
                                           !std::is_same_v<std::decay_t<F>, CommHook>,
                                       int> = 0>
@@ -145,13 +205,31 @@ class DistributedDataParallelBase : public torch::nn::Module {
 
   /// Clears the module's gradients: drops them (`set_to_none`) or zeroes them in place, which
   /// keeps bucket views intact where `Optimizer::zero_grad` would fail on them.
+  ///
+  /// **Example**:
+  /// \code
+  ///   ddp.zero_grad();  // before each step, in place of optimizer.zero_grad()
+  /// \endcode
   void zero_grad(bool set_to_none = true) override;
 
   /// The group the gradients are reduced over.
+  ///
+  /// **Example**:
+  /// \code
+  ///   int ranks = ddp.process_group()->getSize();
+  /// \endcode
   const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const;
+  /// The options it was made with.
+  ///
+  /// **Example**:
+  /// \code
+  ///   bool find_unused = ddp.options().find_unused_parameters();
+  /// \endcode
   const DDPOptions& options() const;
 
  protected:
+  /// Builds the Reducer over `module`'s parameters; what the constructor of
+  /// `DistributedDataParallel` does.
   DistributedDataParallelBase(std::shared_ptr<torch::nn::Module> module, DDPOptions options);
 
   /// Python's `_pre_forward`: Reducer bookkeeping, bucket rebuild, buffers broadcast.
@@ -189,13 +267,25 @@ class DistributedDataParallel : public DistributedDataParallelBase {
   /// a `T&` owned by a `shared_ptr`). Collective: every rank of the group must construct it.
   /// Checks the model is the same on every rank, then broadcasts rank 0's parameters and
   /// buffers. Raises `modhooks::Error` on every rank when the models differ.
+  ///
+  /// **Example**:
+  /// \code
+  ///   Net net;  // a holder declared with TORCH_MODULE or MODHOOKS_MODULE
+  ///   modhooks::dist::DistributedDataParallel ddp(net, modhooks::dist::DDPOptions());
+  /// \endcode
   template <class M, modhooks::detail::IfNnModule<M> = 0>
   explicit DistributedDataParallel(M&& module, DDPOptions options = DDPOptions())
       : DistributedDataParallelBase(share(module), std::move(options)),
         module_(std::static_pointer_cast<Impl>(share(module))) {}
 
   /// The forward of Python's DDP: runs `module()` through `modhooks::call` between the
-  /// Reducer's per-step calls.
+  /// Reducer's per-step calls. Hooks on the DDP object itself do not fire here; they do through
+  /// `ddp(args...)` and `modhooks::call(ddp, args...)`.
+  ///
+  /// **Example**:
+  /// \code
+  ///   at::Tensor y = ddp.forward(x);
+  /// \endcode
   template <class... Args>
   auto forward(Args&&... args)
       -> decltype(modhooks::call(std::declval<Impl&>(), std::forward<Args>(args)...)) {
@@ -213,6 +303,11 @@ class DistributedDataParallel : public DistributedDataParallelBase {
   }
 
   /// `ddp(args...)`: `forward` through modhooks' call path, so hooks on the DDP object fire too.
+  ///
+  /// **Example**:
+  /// \code
+  ///   ddp(x).sum().backward();  // gradients all-reduced while backward runs
+  /// \endcode
   template <class... Args>
   auto operator()(Args&&... args)
       -> decltype(std::declval<DistributedDataParallel&>().forward(std::forward<Args>(args)...)) {
@@ -220,7 +315,18 @@ class DistributedDataParallel : public DistributedDataParallelBase {
   }
 
   /// The wrapped model (Python's `ddp.module`).
+  ///
+  /// **Example**:
+  /// \code
+  ///   NetImpl& model = ddp.module();
+  /// \endcode
   Impl& module() const { return *module_; }
+  /// The wrapped model's `shared_ptr`.
+  ///
+  /// **Example**:
+  /// \code
+  ///   std::shared_ptr<NetImpl> model = ddp.module_ptr();
+  /// \endcode
   const std::shared_ptr<Impl>& module_ptr() const { return module_; }
 
  private:
@@ -233,9 +339,12 @@ class DistributedDataParallel : public DistributedDataParallelBase {
   std::shared_ptr<Impl> module_;
 };
 
+/// Deduces `Impl` from the module: `DistributedDataParallel ddp(net, options)` wraps a `NetImpl`.
+/// \see \ref api_dist
 template <class M, modhooks::detail::IfNnModule<M> = 0>
 DistributedDataParallel(M&&, DDPOptions) -> DistributedDataParallel<
     std::remove_reference_t<decltype(modhooks::detail::module_ref(std::declval<M&>()))>>;
+/// The same without options: `DistributedDataParallel ddp(net)`. \see \ref api_dist
 template <class M, modhooks::detail::IfNnModule<M> = 0>
 DistributedDataParallel(M&&) -> DistributedDataParallel<
     std::remove_reference_t<decltype(modhooks::detail::module_ref(std::declval<M&>()))>>;
@@ -243,7 +352,15 @@ DistributedDataParallel(M&&) -> DistributedDataParallel<
 /// Python's `torch.nn.modules.utils.consume_prefix_in_state_dict_if_present`: strips `prefix`
 /// from the keys that start with it (and from the metadata's), in place, as Python does (a
 /// stripped key moves to the end, so a dict whose keys all carry the prefix keeps its order).
+///
+/// **Example**:
+/// \code
+///   modhooks::StateDict sd = modhooks::state_dict(ddp);  // "module.fc.weight", ...
+///   modhooks::dist::consume_prefix_in_state_dict_if_present(sd, "module.");  // "fc.weight"
+/// \endcode
 void consume_prefix_in_state_dict_if_present(StateDict& state_dict, const std::string& prefix);
+
+/// @}
 
 }  // namespace dist
 }  // namespace modhooks

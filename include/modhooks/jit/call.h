@@ -16,6 +16,9 @@ namespace detail {
 c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue> inputs);
 }  // namespace detail
 
+/// \addtogroup api_jit
+/// @{
+
 /// Runs a TorchScript module (`torch::jit::load`ed, or built in C++) through its hooks: forward
 /// pre-hooks, `forward`, forward hooks, and full backward (pre-)hooks wired around its tensor
 /// inputs and outputs, with the same semantics as for nn modules; returns what `forward` returns.
@@ -38,5 +41,7 @@ inline c10::IValue call(const torch::jit::Module& module, std::vector<c10::IValu
   }
   return detail::call_with_hooks(m, std::move(inputs));
 }
+
+/// @}
 
 }  // namespace modhooks

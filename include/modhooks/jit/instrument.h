@@ -8,6 +8,9 @@
 
 namespace modhooks {
 
+/// \addtogroup api_jit
+/// @{
+
 /// Python's `Module.get_submodule` for TorchScript modules: the submodule at the dotted path
 /// `name` ("block.0"); `""` is `root` itself. The result is a handle to the same object, so
 /// hooks registered on it fire wherever the model calls that submodule.
@@ -53,5 +56,7 @@ void instrument(const torch::jit::Module& root);
 ///   model.save("model.pt");   // plain libtorch and Python load it
 /// \endcode
 void uninstrument(const torch::jit::Module& root);
+
+/// @}
 
 }  // namespace modhooks

@@ -206,30 +206,62 @@ using torch::nn::ZeroPadOptions;
 using torch::nn::LPPool3dOptions;
 #endif
 
-/// libtorch writes these two holders by hand for their static `from_pretrained`.
+/// \addtogroup api_nn
+/// @{
+
+/// The hook-aware holder of `torch::nn::EmbeddingImpl`. libtorch writes this holder and
+/// `EmbeddingBag`'s by hand for their static `from_pretrained`, so they are written by hand here
+/// too; the other holders of `modhooks::nn` come from one macro over their names.
+///
+/// **Example**:
+/// \code
+///   modhooks::nn::Embedding emb(10, 3);
+///   at::Tensor v = emb(torch::tensor({1, 4}));  // emb's hooks fire
+/// \endcode
 class Embedding : public ModuleHolder<torch::nn::EmbeddingImpl> {
  public:
   using ModuleHolder<torch::nn::EmbeddingImpl>::ModuleHolder;
+  /// The module type held, as in libtorch's holders.
   using Impl = torch::nn::EmbeddingImpl;
 
   /// libtorch's `Embedding::from_pretrained`, in a hook-aware holder.
+  ///
+  /// **Example**:
+  /// \code
+  ///   auto emb = modhooks::nn::Embedding::from_pretrained(torch::randn({10, 3}));
+  /// \endcode
   static Embedding from_pretrained(const torch::Tensor& embeddings,
                                    const EmbeddingFromPretrainedOptions& options = {}) {
     return Embedding(torch::nn::Embedding::from_pretrained(embeddings, options));
   }
 };
 
+/// The hook-aware holder of `torch::nn::EmbeddingBagImpl` (see `Embedding`).
+///
+/// **Example**:
+/// \code
+///   modhooks::nn::EmbeddingBag bag(10, 3);
+///   at::Tensor v = bag(torch::tensor({{1, 4}}));  // bag's hooks fire
+/// \endcode
 class EmbeddingBag : public ModuleHolder<torch::nn::EmbeddingBagImpl> {
  public:
   using ModuleHolder<torch::nn::EmbeddingBagImpl>::ModuleHolder;
+  /// The module type held, as in libtorch's holders.
   using Impl = torch::nn::EmbeddingBagImpl;
 
   /// libtorch's `EmbeddingBag::from_pretrained`, in a hook-aware holder.
+  ///
+  /// **Example**:
+  /// \code
+  ///   auto bag = modhooks::nn::EmbeddingBag::from_pretrained(torch::randn({10, 3}));
+  /// \endcode
   static EmbeddingBag from_pretrained(const torch::Tensor& embeddings,
                                       const EmbeddingBagFromPretrainedOptions& options = {}) {
     return EmbeddingBag(torch::nn::EmbeddingBag::from_pretrained(embeddings, options));
   }
 };
+
+/// @}
 
 namespace detail {
 

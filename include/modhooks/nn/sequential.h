@@ -120,6 +120,9 @@ struct SequentialChild {
 
 }  // namespace detail
 
+/// \addtogroup api_nn
+/// @{
+
 /// A child of a `Sequential` with its name: `Sequential({{"fc", torch::nn::Linear(4, 2)}})`, as
 /// libtorch's `NamedAnyModule`, but keeping the child's type.
 using NamedModule = detail::SequentialChild;
@@ -134,13 +137,32 @@ using NamedModule = detail::SequentialChild;
 /// as libtorch's Sequential fills them in, before `call`: its hooks see them as arguments, where
 /// Python's would see only those passed. Unlike libtorch's, it takes no `AnyModule`: the type of
 /// the child, which `call` needs, is gone from it.
+///
+/// **Example**:
+/// \code
+///   modhooks::Sequential seq(modhooks::nn::Linear(4, 8), torch::nn::ReLU(),
+///                            torch::nn::Linear(8, 2));
+///   auto h = modhooks::register_forward_hook(seq->ptr(2), hook);  // on the last Linear
+///   at::Tensor y = seq(torch::randn({3, 4}));  // fires seq's hooks and every child's
+/// \endcode
 class SequentialImpl : public torch::nn::Cloneable<SequentialImpl> {
  public:
+  /// Iterates the children as libtorch's `AnyModule`s, as libtorch's Sequential does.
   using Iterator = std::vector<torch::nn::AnyModule>::iterator;
+  /// The same, const.
   using ConstIterator = std::vector<torch::nn::AnyModule>::const_iterator;
 
+  /// No children. \see \ref api_nn
   SequentialImpl() = default;
 
+  /// The children in order, registered as "0", "1", ...: modules, `ModuleHolder`s or
+  /// `shared_ptr`s to modules.
+  ///
+  /// **Example**:
+  /// \code
+  ///   auto seq = std::make_shared<modhooks::SequentialImpl>(torch::nn::Linear(4, 2),
+  ///                                                         torch::nn::ReLU());
+  /// \endcode
   template <class... Modules>
   explicit SequentialImpl(Modules&&... modules) {
     modules_.reserve(sizeof...(Modules));
@@ -148,12 +170,24 @@ class SequentialImpl : public torch::nn::Cloneable<SequentialImpl> {
     (push_back(std::forward<Modules>(modules)), ...);
   }
 
+  /// The children in order, under their names.
+  ///
+  /// **Example**:
+  /// \code
+  ///   auto seq = std::make_shared<modhooks::SequentialImpl>(std::initializer_list<
+  ///       modhooks::NamedModule>{{"fc", torch::nn::Linear(4, 2)}, {"act", torch::nn::ReLU()}});
+  /// \endcode
   explicit SequentialImpl(std::initializer_list<NamedModule> named_modules) {
     for (const auto& child : named_modules) add(child);
   }
 
   /// A deep copy, as libtorch's: every child by its own `clone`, so weights are copied, not
   /// shared. The names stay.
+  ///
+  /// **Example**:
+  /// \code
+  ///   auto copy = std::dynamic_pointer_cast<modhooks::SequentialImpl>(seq->clone());
+  /// \endcode
   std::shared_ptr<torch::nn::Module> clone(
       const torch::optional<torch::Device>& device = torch::nullopt) const override {
     auto copy = std::make_shared<SequentialImpl>();
@@ -164,12 +198,20 @@ class SequentialImpl : public torch::nn::Cloneable<SequentialImpl> {
     return copy;
   }
 
-  /// Nothing to reset: the children own their parameters.
+  /// Nothing to reset: the children own their parameters. \see \ref api_nn
   void reset() override {}
 
+  /// Prints "modhooks::Sequential". \see \ref api_nn
   void pretty_print(std::ostream& stream) const override { stream << "modhooks::Sequential"; }
 
-  /// Runs the children in order, each through `call`; the first receives `inputs`.
+  /// Runs the children in order, each through `call`; the first receives `inputs`. `Return`
+  /// (`at::Tensor` unless given) must be the type the last child returns. The Sequential's own
+  /// hooks fire when it runs through `call` or its holder (`seq(x)`), not through `forward`.
+  ///
+  /// **Example**:
+  /// \code
+  ///   at::Tensor y = seq->forward(torch::randn({3, 4}));
+  /// \endcode
   template <class Return = at::Tensor, class... Inputs>
   Return forward(Inputs&&... inputs) {
     TORCH_CHECK(!is_empty(), "Cannot call forward() on an empty Sequential");
@@ -184,17 +226,29 @@ class SequentialImpl : public torch::nn::Cloneable<SequentialImpl> {
 
   /// Appends a module, a `ModuleHolder` (e.g. `torch::nn::Linear`, `modhooks::nn::Linear`) or a
   /// `shared_ptr` to a module, under the next index or the given name.
+  ///
+  /// **Example**:
+  /// \code
+  ///   seq->push_back(modhooks::nn::Linear(2, 2));  // as "2" after two children
+  ///   seq->push_back("out", torch::nn::Tanh());
+  /// \endcode
   template <class M>
   void push_back(M&& module) {
     push_back(std::to_string(modules_.size()), std::forward<M>(module));
   }
 
+  /// The same under `name`. \see push_back(M&&)
   template <class M>
   void push_back(std::string name, M&& module) {
     add(NamedModule(std::move(name), std::forward<M>(module)));
   }
 
   /// Appends every module of `container`, as `push_back` would.
+  ///
+  /// **Example**:
+  /// \code
+  ///   seq->extend(std::vector<torch::nn::Linear>{torch::nn::Linear(2, 2)});
+  /// \endcode
   template <class Container>
   void extend(const Container& container) {
     for (const auto& module : container) push_back(module);
@@ -202,6 +256,11 @@ class SequentialImpl : public torch::nn::Cloneable<SequentialImpl> {
 
   /// Appends the children of `other` (the same modules, not copies), as libtorch's `extend`
   /// with a Sequential does.
+  ///
+  /// **Example**:
+  /// \code
+  ///   seq->extend(*other);  // other: a modhooks::Sequential
+  /// \endcode
   void extend(const SequentialImpl& other) {
     auto children = other.children_info_;  // `other` may be this Sequential
     for (auto& child : children) {
@@ -210,17 +269,32 @@ class SequentialImpl : public torch::nn::Cloneable<SequentialImpl> {
     }
   }
 
+  /// The first child, as libtorch's `AnyModule`.
+  ///
+  /// **Example**:
+  /// \code
+  ///   for (const torch::nn::AnyModule& child : *seq) std::cout << child.ptr()->name() << "\n";
+  /// \endcode
   Iterator begin() { return modules_.begin(); }
+  /// The same, const. \see begin()
   ConstIterator begin() const { return modules_.begin(); }
+  /// Past the last child. \see begin()
   Iterator end() { return modules_.end(); }
+  /// The same, const. \see begin()
   ConstIterator end() const { return modules_.end(); }
 
   /// Child `index` as a `T`; throws if it is of another type.
+  ///
+  /// **Example**:
+  /// \code
+  ///   torch::nn::LinearImpl& fc = seq->at<torch::nn::LinearImpl>(0);
+  /// \endcode
   template <class T>
   T& at(std::size_t index) {
     TORCH_CHECK(index < size(), "Index out of range");
     return modules_[index].get<T>();
   }
+  /// The same, const. \see at(std::size_t)
   template <class T>
   const T& at(std::size_t index) const {
     TORCH_CHECK(index < size(), "Index out of range");
@@ -228,18 +302,37 @@ class SequentialImpl : public torch::nn::Cloneable<SequentialImpl> {
   }
 
   /// Child `index`.
+  ///
+  /// **Example**:
+  /// \code
+  ///   std::shared_ptr<torch::nn::Module> first = seq->ptr(0);
+  /// \endcode
   std::shared_ptr<torch::nn::Module> ptr(std::size_t index) const {
     TORCH_CHECK(index < size(), "Index out of range");
     return modules_[index].ptr();
   }
+  /// Child `index` as a `shared_ptr<T>`; throws if it is of another type.
+  ///
+  /// **Example**:
+  /// \code
+  ///   std::shared_ptr<torch::nn::LinearImpl> fc = seq->ptr<torch::nn::LinearImpl>(0);
+  /// \endcode
   template <class T>
   std::shared_ptr<T> ptr(std::size_t index) const {
     TORCH_CHECK(index < size(), "Index out of range");
     return modules_[index].ptr<T>();
   }
+  /// Child `index`, as `ptr(index)`.
+  ///
+  /// **Example**:
+  /// \code
+  ///   std::shared_ptr<torch::nn::Module> first = (*seq)[0];
+  /// \endcode
   std::shared_ptr<torch::nn::Module> operator[](std::size_t index) const { return ptr(index); }
 
+  /// The number of children. \see \ref api_nn
   std::size_t size() const noexcept { return modules_.size(); }
+  /// Whether it has no children. \see \ref api_nn
   bool is_empty() const noexcept { return modules_.empty(); }
 
  private:
@@ -254,16 +347,32 @@ class SequentialImpl : public torch::nn::Cloneable<SequentialImpl> {
 };
 
 /// The holder of `SequentialImpl`: `seq(x)` runs the Sequential's own hooks around its children's.
+///
+/// **Example**:
+/// \code
+///   modhooks::Sequential seq(torch::nn::Linear(4, 2), torch::nn::ReLU());
+///   at::Tensor y = seq(torch::randn({3, 4}));
+/// \endcode
 class Sequential : public nn::ModuleHolder<SequentialImpl> {
  public:
   using nn::ModuleHolder<SequentialImpl>::ModuleHolder;
+  /// The module type held, as in libtorch's holders.
   using Impl = SequentialImpl;
 
+  /// An empty Sequential (not an empty holder: that is `Sequential(nullptr)`).
+  /// \see \ref api_nn
   Sequential() = default;
 
-  /// `Sequential({{"fc", torch::nn::Linear(4, 2)}, {"act", torch::nn::ReLU()}})`.
+  /// Children under their names.
+  ///
+  /// **Example**:
+  /// \code
+  ///   modhooks::Sequential seq({{"fc", torch::nn::Linear(4, 2)}, {"act", torch::nn::ReLU()}});
+  /// \endcode
   Sequential(std::initializer_list<NamedModule> named_modules)
       : nn::ModuleHolder<SequentialImpl>(std::make_shared<SequentialImpl>(named_modules)) {}
 };
+
+/// @}
 
 }  // namespace modhooks

@@ -14,6 +14,9 @@ namespace detail {
 std::shared_ptr<torch::nn::Module> submodule(torch::nn::Module& root, const std::string& name);
 }  // namespace detail
 
+/// \addtogroup api_nn
+/// @{
+
 /// Python's `Module.get_submodule`: the submodule at the dotted path `name` ("encoder.layers.3");
 /// `""` is `root` itself. `root` must be owned by a shared_ptr, as holders are. Throws
 /// `modhooks::Error` with Python's text ("Net has no attribute `blokc`", "`weight` is not an
@@ -28,5 +31,7 @@ template <class M, detail::IfNnModule<M> = 0>
 std::shared_ptr<torch::nn::Module> submodule(M&& root, const std::string& name) {
   return detail::submodule(detail::module_ref(root), name);
 }
+
+/// @}
 
 }  // namespace modhooks
