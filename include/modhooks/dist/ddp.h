@@ -255,7 +255,8 @@ class DistributedDataParallelBase : public torch::nn::Module {
 /// **Example**:
 /// \code
 ///   modhooks::dist::init_process_group();   // under torchrun --no-python
-///   modhooks::dist::DistributedDataParallel ddp(net, DDPOptions().bucket_cap_mb(25));
+///   modhooks::dist::DistributedDataParallel ddp(net,
+///                                               modhooks::dist::DDPOptions().bucket_cap_mb(25));
 ///   torch::optim::SGD opt(ddp.parameters(), 0.1);
 ///   ddp(x).sum().backward();
 ///   opt.step();
