@@ -14,6 +14,7 @@
 #include "modhooks/nn/submodule.h"
 #include "modhooks/register.h"
 #include "modhooks/state/checkpoint.h"
+#include "modhooks/state/model_io.h"
 #include "modhooks/state/module_state.h"
 #include "modhooks/state/state_dict.h"
 #include "modhooks/state/state_hooks.h"

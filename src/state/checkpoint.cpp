@@ -4,10 +4,6 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -17,6 +13,7 @@
 
 #include "byte_io.h"
 #include "dtypes.h"
+#include "file_io.h"
 #include "formats.h"
 #include "modhooks/core/error.h"
 #include "modhooks/state/detail/checkpoint_bytes.h"
@@ -83,74 +80,11 @@ class FileSink final : public Sink {
   int error_ = 0;
 };
 
-/// The file `load` reads. It is opened without blocking, so a FIFO cannot stall the process
-/// waiting for a writer, and read only when it is a regular file.
-class FileReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
- public:
-  explicit FileReadAdapter(const std::string& path)
-      : fd_(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)) {
-    if (fd_ < 0) fail(std::string("cannot open the file: ") + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) {
-      const int error = errno;
-      ::close(fd_);
-      fail(std::string("cannot stat the file: ") + std::strerror(error));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      fail(S_ISDIR(st.st_mode) ? "it is a directory, not a checkpoint file"
-                               : "it is not a regular file (a FIFO, socket or device)");
-    }
-    size_ = static_cast<std::size_t>(st.st_size);
-  }
-  ~FileReadAdapter() override { ::close(fd_); }
-  FileReadAdapter(const FileReadAdapter&) = delete;
-  FileReadAdapter& operator=(const FileReadAdapter&) = delete;
-
-  std::size_t size() const override { return size_; }
-  /// Short only at the end of the file or on an I/O error, which read_exactly reports.
-  std::size_t read(std::uint64_t pos, void* buf, std::size_t n,
-                   const char* /*what*/) const override {
-    std::size_t done = 0;
-    while (done < n) {
-      const ssize_t got =
-          ::pread(fd_, static_cast<char*>(buf) + done, n - done, static_cast<off_t>(pos + done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) break;
-      done += static_cast<std::size_t>(got);
-    }
-    return done;
-  }
-
- private:
-  int fd_;
-  std::size_t size_ = 0;
-};
-
 void write(const StateDict& state_dict, CheckpointFormat format, Sink& out) {
   if (format == CheckpointFormat::kSafetensors) {
     write_safetensors(state_dict, out);
   } else {
     write_torch_save(state_dict, out);
-  }
-}
-
-StateDict read(const caffe2::serialize::ReadAdapterInterface& in, CheckpointFormat format,
-               const LoadOptions& options) {
-  if (format == CheckpointFormat::kSafetensors) return read_safetensors(in);
-  return read_torch_save(in, options);
-}
-
-/// Runs `body`, turning libtorch's errors into modhooks::Error and prefixing every message
-/// with `context` (the path, or "in-memory checkpoint").
-template <class Body>
-auto with_context(const std::string& context, Body body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const Error& e) {
-    throw Error(context + ": " + e.what());
-  } catch (const c10::Error& e) {
-    throw Error(context + ": " + e.what_without_backtrace());
   }
 }
 
@@ -200,6 +134,30 @@ CheckpointFormat format_for_path(const std::string& path) {
   return safetensors ? CheckpointFormat::kSafetensors : CheckpointFormat::kTorchSave;
 }
 
+StateDict read(const caffe2::serialize::ReadAdapterInterface& in, CheckpointFormat format,
+               const LoadOptions& options, const std::shared_ptr<const MappedFile>& mapped) {
+  if (format == CheckpointFormat::kSafetensors) return read_safetensors(in, mapped);
+  return read_torch_save(in, options, mapped);
+}
+
+StateDict read_file(const std::string& path, const LoadOptions& options) {
+  if (!options.mmap) return read(CheckpointFile(path), format_for_path(path), options);
+  const auto mapped = MappedFile::open(path);
+  return read(mapped->file(), format_for_path(path), options, mapped);
+}
+
+void save_file(const StateDict& state_dict, const std::string& path) {
+  FileSink sink(path);
+  write(state_dict, format_for_path(path), sink);
+  sink.finish();
+}
+
+void save_text(const std::string& text, const std::string& path) {
+  FileSink sink(path);
+  sink.write(text.data(), text.size());
+  sink.finish();
+}
+
 StateDict load_from_bytes(std::string_view bytes, CheckpointFormat format,
                           const LoadOptions& options) {
   return with_context("in-memory checkpoint",
@@ -217,18 +175,16 @@ std::string save_to_bytes(const StateDict& state_dict, CheckpointFormat format) 
 }  // namespace detail
 
 void save(const StateDict& state_dict, const std::string& path) {
-  detail::with_context("modhooks::save('" + path + "')", [&] {
-    detail::FileSink sink(path);
-    detail::write(state_dict, detail::format_for_path(path), sink);
-    sink.finish();
-  });
+  detail::with_context("modhooks::save('" + path + "')",
+                       [&] { detail::save_file(state_dict, path); });
 }
 
 StateDict load(const std::string& path) { return load(path, LoadOptions()); }
 
 StateDict load(const std::string& path, const LoadOptions& options) {
   return detail::with_context("modhooks::load('" + path + "')", [&] {
-    return detail::read(detail::FileReadAdapter(path), detail::format_for_path(path), options);
+    if (detail::is_index_path(path)) return detail::load_index(path, options);
+    return detail::read_file(path, options);
   });
 }
 

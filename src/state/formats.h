@@ -2,12 +2,16 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <c10/util/Exception.h>
 #include <caffe2/serialize/read_adapter_interface.h>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
+#include "modhooks/core/error.h"
 #include "modhooks/state/checkpoint.h"
+#include "modhooks/state/detail/checkpoint_bytes.h"
 #include "modhooks/state/state_dict.h"
 
 namespace modhooks {
@@ -22,14 +26,56 @@ class Sink {
   virtual void write(const void* data, std::size_t size) noexcept = 0;
 };
 
+class MappedFile;
+
 /// The torch.save zip format: an OrderedDict pickle in data.pkl, one record per storage.
+/// With `mapped` (a mapping of the file `in` reads), a record stored at an offset aligned to its
+/// element size, in a little-endian file, becomes a storage over the mapping (mapped_storage),
+/// neither read nor checked here; its MappedRecord carries the CRC-32 when the archive is
+/// checked. Other records are read as without it.
 StateDict read_torch_save(const caffe2::serialize::ReadAdapterInterface& in,
-                          const LoadOptions& options);
+                          const LoadOptions& options,
+                          const std::shared_ptr<const MappedFile>& mapped = nullptr);
 void write_torch_save(const StateDict& state_dict, Sink& out);
 
 /// safetensors: an 8-byte header length, a JSON header, then the tensors' bytes back to back.
-StateDict read_safetensors(const caffe2::serialize::ReadAdapterInterface& in);
+/// With `mapped`, tensors aligned to their element size view the mapping, as above.
+StateDict read_safetensors(const caffe2::serialize::ReadAdapterInterface& in,
+                           const std::shared_ptr<const MappedFile>& mapped = nullptr);
 void write_safetensors(const StateDict& state_dict, Sink& out);
+
+/// The reader of `format`.
+StateDict read(const caffe2::serialize::ReadAdapterInterface& in, CheckpointFormat format,
+               const LoadOptions& options,
+               const std::shared_ptr<const MappedFile>& mapped = nullptr);
+
+/// `load` of one file (not an index), mapped when `options.mmap`.
+StateDict read_file(const std::string& path, const LoadOptions& options);
+
+/// `save` of one file, without the error's context; `save_text` writes `text` the same way
+/// (next to `path`, renamed over it once complete).
+void save_file(const StateDict& state_dict, const std::string& path);
+void save_text(const std::string& text, const std::string& path);
+
+/// Whether `path` names an index of shards ("model.safetensors.index.json",
+/// "pytorch_model.bin.index.json"): it ends in ".index.json".
+bool is_index_path(const std::string& path);
+
+/// `load` of an index: every shard it names, in one state dict (model_io.cpp).
+StateDict load_index(const std::string& path, const LoadOptions& options);
+
+/// Runs `body`, turning libtorch's errors into modhooks::Error and prefixing every message
+/// with `context` (the path, or "in-memory checkpoint").
+template <class Body>
+auto with_context(const std::string& context, Body body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    throw Error(context + ": " + e.what());
+  } catch (const c10::Error& e) {
+    throw Error(context + ": " + e.what_without_backtrace());
+  }
+}
 
 struct DtypeNames;
 

@@ -13,6 +13,7 @@
 
 #include "byte_io.h"
 #include "dtypes.h"
+#include "file_io.h"
 #include "formats.h"
 #include "modhooks/core/error.h"
 
@@ -358,7 +359,8 @@ class HeaderParser {
 
 }  // namespace
 
-StateDict read_safetensors(const caffe2::serialize::ReadAdapterInterface& in) {
+StateDict read_safetensors(const caffe2::serialize::ReadAdapterInterface& in,
+                           const std::shared_ptr<const MappedFile>& mapped) {
   const std::uint64_t file_size = in.size();
   if (file_size < 8) {
     fail("not a safetensors file: " + std::to_string(file_size) +
@@ -397,8 +399,17 @@ StateDict read_safetensors(const caffe2::serialize::ReadAdapterInterface& in) {
   StateDict sd;
   sd.reserve(entries.size());
   for (const Entry& e : entries) {
+    const std::uint64_t offset = data_start + e.begin;
+    if (mapped && offset % c10::elementSize(e.dtype) == 0) {
+      at::Tensor t = at::empty({0}, at::TensorOptions().dtype(e.dtype));
+      t.set_(mapped_storage(MappedRecord{mapped, offset, e.end - e.begin, "tensor '" + e.name + "'",
+                                         std::nullopt}),
+             0, e.shape);
+      sd.insert_or_assign(e.name, std::move(t));
+      continue;
+    }
     at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
-    read_exactly(in, data_start + e.begin, t.data_ptr(), e.end - e.begin, "safetensors data");
+    read_exactly(in, offset, t.data_ptr(), e.end - e.begin, "safetensors data");
     sd.insert_or_assign(e.name, std::move(t));
   }
   return sd;

@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "byte_io.h"
 #include "dtypes.h"
+#include "file_io.h"
 #include "formats.h"
 #include "modhooks/core/error.h"
 #include "unpickler.h"
@@ -184,7 +187,8 @@ std::string pickle_state_dict(const StateDict& sd) {
 }
 
 c10::Storage load_record(const ZipArchive& archive, const std::string& key, c10::ScalarType dtype,
-                         std::uint64_t numel, bool big_endian) {
+                         std::uint64_t numel, bool big_endian,
+                         const std::shared_ptr<const MappedFile>& mapped) {
   const std::string name = "data/" + key;
   const ZipRecord* record = archive.find(name);
   if (record == nullptr) fail("the archive has no record '" + name + "'");
@@ -196,6 +200,12 @@ c10::Storage load_record(const ZipArchive& archive, const std::string& key, c10:
     fail("record '" + name + "' holds " + std::to_string(record->size) +
          " bytes, but its storage of " + std::to_string(numel) + " " + c10::toString(dtype) +
          " elements needs " + std::to_string(nbytes));
+  }
+  if (mapped && !big_endian && record->data % c10::elementSize(dtype) == 0) {
+    std::optional<std::uint32_t> crc;
+    if (archive.checks_crc32()) crc = record->crc;
+    return mapped_storage(
+        MappedRecord{mapped, record->data, nbytes, "record '" + record->name + "'", crc});
   }
   // The zip layout check bounds the record by the file, so reading it allocates no more than
   // the file holds.
@@ -213,7 +223,8 @@ std::string read_string(const ZipArchive& archive, const ZipRecord& record) {
 }  // namespace
 
 StateDict read_torch_save(const caffe2::serialize::ReadAdapterInterface& in,
-                          const LoadOptions& options) {
+                          const LoadOptions& options,
+                          const std::shared_ptr<const MappedFile>& mapped) {
   const ZipArchive archive(in, options.verify_crc32);
   bool big_endian = false;
   if (const ZipRecord* byteorder = archive.find("byteorder")) {
@@ -241,7 +252,7 @@ StateDict read_torch_save(const caffe2::serialize::ReadAdapterInterface& in,
   return unpickle_state_dict(
       bytes,
       [&](const std::string& key, c10::ScalarType dtype, std::uint64_t numel) {
-        return load_record(archive, key, dtype, numel, big_endian);
+        return load_record(archive, key, dtype, numel, big_endian, mapped);
       },
       budget, rule);
 }

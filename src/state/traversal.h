@@ -71,6 +71,23 @@ inline std::string quoted_list(const std::vector<std::string>& keys,
 /// its i-th copy (in the order of the model's tensors), and what it throws fails that copy.
 inline thread_local std::function<void(std::size_t)> load_copy_fault;
 
+/// `load_model`'s copy step, in place of `copy_` (src/state/model_io.cpp): it reads the
+/// checkpoint's bytes from the file straight into the model's tensors.
+class DirectCopy {
+ public:
+  virtual ~DirectCopy() = default;
+  /// Called after every check of the load and before its first write, with each (model tensor,
+  /// checkpoint tensor) pair the load will copy: what is left to check (CRC-32s, conversions)
+  /// is checked here, and what it throws fails the load with nothing written.
+  virtual void prepare(const std::vector<std::pair<at::Tensor, at::Tensor>>& copies) = 0;
+  /// Writes `source`'s values into `target`, whose shape is the same.
+  virtual void copy(const at::Tensor& target, const at::Tensor& source) = 0;
+};
+
+/// Set by `load_model` around its call of `load_state_dict`. The load takes it and clears it,
+/// so a `load_state_dict` that a hook calls copies as usual.
+inline thread_local DirectCopy* direct_copy = nullptr;
+
 /// An exception's message as Python shows it: c10's without the C++ backtrace.
 inline std::string message_of(const std::exception& e) {
   if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
@@ -160,7 +177,11 @@ class Loader {
 
  public:
   Loader(Module& root, const StateDict& input, bool strict, bool assign)
-      : input_(input), strict_(strict), assign_(assign), root_name_(Adapter::class_name(root)) {
+      : input_(input),
+        strict_(strict),
+        assign_(assign),
+        root_name_(Adapter::class_name(root)),
+        direct_(std::exchange(direct_copy, nullptr)) {
     add_subtree(std::shared_ptr<Module>(std::shared_ptr<Module>(), &root), "");  // not owned
   }
 
@@ -184,7 +205,7 @@ class Loader {
         raise(keys.missing_keys, keys.unexpected_keys);
       }
     }
-    std::vector<Undo> undo = commit(copies);
+    std::vector<Undo> undo = commit(copies, has_post);
     if (!has_post) return gather_all();
     try {
       IncompatibleKeys keys = run_post_hooks();
@@ -353,10 +374,24 @@ class Loader {
 
   /// Copies (or, with `assign`, swaps in) every matched tensor, keeping what undoes each. A copy
   /// that fails undoes the ones before it and raises Python's message.
-  std::vector<Undo> commit(const std::vector<Copy>& copies) {
+  ///
+  /// `load_model` (a DirectCopy) keeps no former values unless post-hooks may still fail the
+  /// load: they would take the model's size in memory. Everything that can fail is checked
+  /// before its first write (in `prepare`), so what is left to fail a copy is the device or the
+  /// file failing under it; the error then says which tensors were written.
+  std::vector<Undo> commit(const std::vector<Copy>& copies, bool has_post) {
     at::NoGradGuard no_grad;
+    const bool keep_former = !direct_ || has_post || assign_;
+    if (direct_ && !assign_) {
+      std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+      pairs.reserve(copies.size());
+      for (const Copy& c : copies) {
+        if (!c.target.is_meta()) pairs.emplace_back(c.target, c.source);
+      }
+      direct_->prepare(pairs);
+    }
     std::vector<Undo> undo;
-    undo.reserve(copies.size());
+    if (keep_former) undo.reserve(copies.size());
     for (std::size_t i = 0; i < copies.size(); ++i) {
       const Copy& c = copies[i];
       try {
@@ -368,9 +403,15 @@ class Loader {
           // Python's copy into a meta tensor: a no-op, with its warning when the data is real.
           if (!c.source.is_meta()) warn_meta_copy(c.key);
         } else {
-          undo.push_back(Undo{c.target, c.target.to(at::kCPU, /*non_blocking=*/false,
-                                                    /*copy=*/true)});
-          c.target.copy_(c.source);
+          if (keep_former) {
+            undo.push_back(Undo{c.target, c.target.to(at::kCPU, /*non_blocking=*/false,
+                                                      /*copy=*/true)});
+          }
+          if (direct_ && !assign_) {
+            direct_->copy(c.target, c.source);
+          } else {
+            c.target.copy_(c.source);
+          }
         }
       } catch (const std::exception& e) {
         rollback(undo);
@@ -378,6 +419,15 @@ class Loader {
             "While copying the parameter named \"{}\", whose dimensions in the model are {} and "
             "whose dimensions in the checkpoint are {}, an exception occurred : ('{}',).",
             c.key, torch_size(c.target.sizes()), torch_size(c.source.sizes()), message_of(e)));
+        if (!keep_former) {
+          std::vector<std::string> written;
+          for (std::size_t k = 0; k < i; ++k) written.push_back(copies[k].key);
+          errors_.push_back(fmt::format(
+              "load_model keeps no copy of the model's former values, so the tensors written "
+              "before this one hold the checkpoint's values ({}) and \"{}\" may be partly "
+              "written; the others are as they were.",
+              written.empty() ? std::string("none") : quoted_list(written), c.key));
+        }
         raise({}, {});
       }
     }
@@ -428,6 +478,7 @@ class Loader {
   const bool strict_;
   const bool assign_;
   const std::string root_name_;
+  DirectCopy* const direct_;  // load_model's, or null
   std::unique_ptr<StateDict> working_;
   std::vector<Node> nodes_;
   std::unordered_map<std::string, std::size_t> prefixes_;

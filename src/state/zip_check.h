@@ -44,6 +44,9 @@ class ZipArchive {
   /// The record's bytes, CRC-32 checked; an error names the record.
   at::DataPtr read(const ZipRecord& record) const;
 
+  /// Whether `read` checks CRC-32s: asked for, and the archive records them.
+  bool checks_crc32() const { return verify_crc32_; }
+
   /// An upper bound of the memory the archive's index of records holds, for the load's budget.
   std::uint64_t index_bytes() const;
 

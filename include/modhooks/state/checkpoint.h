@@ -23,6 +23,17 @@ struct LoadOptions {
   /// `torch.serialization.set_crc32_options(False)` record no CRC-32s and load unchecked either
   /// way. safetensors files carry no checksums.
   bool verify_crc32 = true;
+  /// Returns tensors backed by a read-only memory mapping of the file instead of reading them,
+  /// as Python's `torch.load(mmap=True)` does: `load` then reads the header (and a torch.save
+  /// file's pickle) only, and a tensor's pages are read from the file when first touched. The
+  /// mapping lives as long as the storage of any tensor viewing it. The tensors are read-only:
+  /// writing into one (`add_`, `copy_` into it, a `load_state_dict(..., assign=true)` that swaps
+  /// it into a model that is then trained) kills the process with SIGSEGV; copy them first
+  /// (`clone()`) to write. Mapped records are not CRC-32 checked (nothing is read to check); a
+  /// file truncated while mapped kills a process that touches the lost pages with SIGBUS.
+  /// Records that cannot be mapped are read as without it: those not aligned to their element
+  /// size (safetensors tensors after an odd-sized one), and those of big-endian torch.save files.
+  bool mmap = false;
 };
 
 /// Reads a state dict that Python's `torch.save(model.state_dict(), path)` (or `safetensors`'
@@ -33,6 +44,11 @@ struct LoadOptions {
 /// whose object is not a dict of names to dense tensors (a checkpoint that also holds an
 /// optimizer, a `_extra_state` entry), the legacy non-zip format and compressed archives are
 /// refused.
+///
+/// An index of shards ("model.safetensors.index.json", "pytorch_model.bin.index.json", as
+/// Hugging Face's `save_pretrained` writes them) loads every shard it names, in its folder, into
+/// one state dict; a key the index maps to a shard that lacks it, a shard's key the index does
+/// not map to that shard, and a key in two shards are errors.
 StateDict load(const std::string& path);
 StateDict load(const std::string& path, const LoadOptions& options);
 
