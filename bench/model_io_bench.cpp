@@ -115,47 +115,38 @@ void report_bytes(benchmark::State& state) {
                                                        (state.counters["baseline_us"] * 1e-6));
 }
 
-void BM_1GiBSafetensors_LoadModel_vs_MemcpyFromMapping(benchmark::State& state) {
-  const std::string& path = checkpoint("model_io_1GiB.safetensors");
+/// load_model of `name` with `options`, timed in alternation with `baseline` on the same file.
+void load_model_vs(benchmark::State& state, const char* name, void (*baseline)(const Mapping&),
+                   const modhooks::LoadOptions& options = modhooks::LoadOptions()) {
+  const std::string& path = checkpoint(name);
   const Mapping file(path);
   modhooks_bench::paired(
-      state, 1, [&] { memcpy_into_model(file); },
-      [&] { benchmark::DoNotOptimize(modhooks::load_model(model(), path)); });
+      state, 1, [&] { baseline(file); },
+      [&] { benchmark::DoNotOptimize(modhooks::load_model(model(), path, true, options)); });
   report_bytes(state);
+}
+
+void BM_1GiBSafetensors_LoadModel_vs_MemcpyFromMapping(benchmark::State& state) {
+  load_model_vs(state, "model_io_1GiB.safetensors", memcpy_into_model);
 }
 BENCHMARK(BM_1GiBSafetensors_LoadModel_vs_MemcpyFromMapping)->Unit(benchmark::kMillisecond);
 
 void BM_1GiBSafetensors_LoadModel_vs_Pread(benchmark::State& state) {
-  const std::string& path = checkpoint("model_io_1GiB.safetensors");
-  const Mapping file(path);
-  modhooks_bench::paired(
-      state, 1, [&] { pread_into_model(file); },
-      [&] { benchmark::DoNotOptimize(modhooks::load_model(model(), path)); });
-  report_bytes(state);
+  load_model_vs(state, "model_io_1GiB.safetensors", pread_into_model);
 }
 BENCHMARK(BM_1GiBSafetensors_LoadModel_vs_Pread)->Unit(benchmark::kMillisecond);
 
 /// load_model of the torch.save file, CRC-32s checked (the default), against memcpy.
 void BM_1GiBTorchSave_LoadModelCrc_vs_MemcpyFromMapping(benchmark::State& state) {
-  const std::string& path = checkpoint("model_io_1GiB.pt");
-  const Mapping file(path);
-  modhooks_bench::paired(
-      state, 1, [&] { memcpy_into_model(file); },
-      [&] { benchmark::DoNotOptimize(modhooks::load_model(model(), path)); });
-  report_bytes(state);
+  load_model_vs(state, "model_io_1GiB.pt", memcpy_into_model);
 }
 BENCHMARK(BM_1GiBTorchSave_LoadModelCrc_vs_MemcpyFromMapping)->Unit(benchmark::kMillisecond);
 
 /// The same without the CRC-32 check, against the same baseline.
 void BM_1GiBTorchSave_LoadModelNoCrc_vs_MemcpyFromMapping(benchmark::State& state) {
-  const std::string& path = checkpoint("model_io_1GiB.pt");
-  const Mapping file(path);
   modhooks::LoadOptions unchecked;
   unchecked.verify_crc32 = false;
-  modhooks_bench::paired(
-      state, 1, [&] { memcpy_into_model(file); },
-      [&] { benchmark::DoNotOptimize(modhooks::load_model(model(), path, true, unchecked)); });
-  report_bytes(state);
+  load_model_vs(state, "model_io_1GiB.pt", memcpy_into_model, unchecked);
 }
 BENCHMARK(BM_1GiBTorchSave_LoadModelNoCrc_vs_MemcpyFromMapping)->Unit(benchmark::kMillisecond);
 
