@@ -38,7 +38,8 @@ constexpr std::uint64_t kBytes = std::uint64_t{kParameters} * kSide * kSide * 4;
 struct BigImpl : torch::nn::Module {
   explicit BigImpl(float value) {
     for (int i = 0; i < kParameters; ++i) {
-      register_parameter("w" + std::to_string(i), at::full({kSide, kSide}, value));
+      register_parameter(std::string("w").append(std::to_string(i)),
+                         at::full({kSide, kSide}, value));
     }
   }
 };
@@ -158,7 +159,7 @@ void BM_1GiBSafetensors_LoadMmap_vs_SameHeaderTinyFile(benchmark::State& state) 
   {
     modhooks::StateDict sd;
     for (int i = 0; i < kParameters; ++i) {
-      sd.insert_or_assign("w" + std::to_string(i), at::full({1}, 1.5f));
+      sd.insert_or_assign(std::string("w").append(std::to_string(i)), at::full({1}, 1.5f));
     }
     modhooks::save(sd, tiny);
   }

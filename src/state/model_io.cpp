@@ -64,7 +64,7 @@ class FileCopy final : public DirectCopy {
       // element, rather than halfway through the model.
       if (source.numel() != 0 && source.scalar_type() != target.scalar_type()) {
         at::empty({1}, target.options().device(c10::kCPU))
-            .copy_(source.reshape({-1}).narrow(0, 0, 1));
+            .copy_(source.as_strided({1}, {1}, source.storage_offset()));
       }
       const MappedRecord* record = source_of(source).record;
       if (record == nullptr || !record->crc || !checked.insert(record).second) continue;
