@@ -1,17 +1,22 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
 //
-// One rank of the DDP parity runs (tests/python/ddp_parity.py starts it under
-// `torchrun --no-python`, and the same training under Python's DDP): trains the model on this
-// rank's shard of <dir>/data.pt from <dir>/init.pt and has rank 0 save `state_dict(ddp)` to
-// <dir>/cpp.pt. Error modes check that every rank raises modhooks::Error.
-//   ddp_parity <mode> <dir>
+// The C++ ranks of the DDP parity runs (tests/python/ddp_parity.py starts them under
+// `torchrun --no-python`, and the same training under Python's DDP):
+//   ddp_parity <dir> <mode>...
+// For each mode in turn, in one process group, trains a fresh model on this rank's shard of
+// <dir>/<mode>/data.pt from <dir>/<mode>/init.pt and has rank 0 save `state_dict(ddp)` to
+// <dir>/<mode>/cpp.pt. One launch runs every mode: starting torchrun and libtorch costs far more
+// than 24 steps of this model. Each mode prints "mode <m>: done" or "mode <m>: FAILED ..." so a
+// failure names its mode. Error modes check that every rank raises modhooks::Error.
 #include <modhooks/dist.h>
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <iostream>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace dist = modhooks::dist;
 
@@ -36,47 +41,30 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-[[noreturn]] void die(const std::string& message) {
-  std::cerr << "ddp_parity: " << message << "\n";
-  std::exit(1);
-}
+/// A mode's own failure (wrong hook count, no error where one was due), as opposed to an
+/// exception of the code under test; both end the run with the mode named.
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 /// Runs `f`, which must raise modhooks::Error whose text holds `tag`.
 template <class F>
-int expect_error(const char* tag, F&& f) {
+void expect_error(const char* tag, F&& f) {
   try {
     f();
   } catch (const modhooks::Error& e) {
     std::string what = e.what();
-    if (what.find(tag) == std::string::npos) die("wrong error: " + what);
+    if (what.find(tag) == std::string::npos) throw Failure("wrong error: " + what);
     std::cout << "rank " << dist::get_rank() << " raised as expected: " << what.substr(0, 200)
               << "\n";
-    return 0;
+    return;
   }
-  die(std::string("no error, expected ") + tag);
+  throw Failure(std::string("no error, expected ") + tag);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc != 3) die("usage: ddp_parity <mode> <dir>");
-  const std::string mode = argv[1], dir = argv[2];
-  dist::init_process_group(dist::InitOptions().backend("gloo"));
+/// One parity mode: the training tests/python/ddp_parity.py's `train` does under Python's DDP.
+void train(const std::string& mode, const std::string& dir) {
   const int rank = dist::get_rank(), world = dist::get_world_size();
-
-  if (mode == "error_mismatch") {
-    Net net(false, false, rank == 1 ? 24 : 32);
-    return expect_error("[modhooks.dist.model_mismatch]",
-                        [&] { dist::DistributedDataParallel ddp(net); });
-  }
-  if (mode == "error_unused") {
-    Net net(false, true);
-    dist::DistributedDataParallel ddp(net);
-    return expect_error("[modhooks.dist.unused_parameters]", [&] {
-      for (int step = 0; step < 2; ++step) ddp(torch::ones({2, 16})).sum().backward();
-    });
-  }
-
   const bool bn = mode == "batchnorm", extra = mode == "find_unused";
   Net net(bn, extra);
   modhooks::load_state_dict(net, modhooks::load(dir + "/init.pt"));
@@ -143,15 +131,55 @@ int main(int argc, char** argv) {
   }
   const int expected_calls = mode == "no_sync" ? 2 * steps : steps;
   if (fc2_calls != expected_calls) {
-    die("fc2's forward hook fired " + std::to_string(fc2_calls) + " times, expected " +
-        std::to_string(expected_calls));
+    throw Failure("fc2's forward hook fired " + std::to_string(fc2_calls) + " times, expected " +
+                  std::to_string(expected_calls));
   }
   if (rank == 0) {
     modhooks::StateDict sd = modhooks::state_dict(ddp);
-    if (sd.keys().front().rfind("module.", 0) != 0) die("state_dict(ddp) lacks 'module.'");
+    if (sd.keys().front().rfind("module.", 0) != 0)
+      throw Failure("state_dict(ddp) lacks 'module.'");
     modhooks::save(sd, dir + "/cpp.pt");
   }
-  dist::barrier();
+}
+
+void run(const std::string& mode, const std::string& dir) {
+  if (mode == "error_mismatch") {
+    Net net(false, false, dist::get_rank() == 1 ? 24 : 32);
+    expect_error("[modhooks.dist.model_mismatch]", [&] { dist::DistributedDataParallel ddp(net); });
+  } else if (mode == "error_unused") {
+    Net net(false, true);
+    dist::DistributedDataParallel ddp(net);
+    expect_error("[modhooks.dist.unused_parameters]", [&] {
+      for (int step = 0; step < 2; ++step) ddp(torch::ones({2, 16})).sum().backward();
+    });
+  } else {
+    train(mode, dir + "/" + mode);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::cerr << "usage: ddp_parity <dir> <mode>...\n";
+    return 2;
+  }
+  const std::string dir = argv[1];
+  dist::init_process_group(dist::InitOptions().backend("gloo"));
+  for (int i = 2; i < argc; ++i) {
+    const std::string mode = argv[i];
+    try {
+      run(mode, dir);
+    } catch (const std::exception& e) {
+      // The other ranks may wait in a collective of this mode: exit, and torchrun stops them.
+      std::cout << "mode " << mode << ": FAILED on rank " << dist::get_rank() << ": " << e.what()
+                << std::endl;
+      std::exit(1);
+    }
+    // Rank 0's file is written before any rank starts the next mode or ends.
+    dist::barrier();
+    if (dist::get_rank() == 0) std::cout << "mode " << mode << ": done" << std::endl;
+  }
   dist::destroy_process_group();
   return 0;
 }

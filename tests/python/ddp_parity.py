@@ -1,14 +1,19 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """DDP parity: C++ ranks (modhooks::dist) against Python DDP ranks, same torch, seeds and shards.
 
-  ddp_parity.py run --binary B --mode M --nproc N --dir D [--expect-differ]
-writes D/init.pt and D/data.pt, runs N Python DDP ranks (this file's `worker`) and N C++ ranks
-(`torchrun --no-python B M D`), and compares rank 0's state dicts bitwise.
+  ddp_parity.py run --binary B --nproc N --dir D [--modes M ...]
+writes D/<mode>/init.pt and data.pt for every mode (all of MODES by default), then starts one
+torchrun of N Python DDP ranks (this file's `worker`) that trains every mode in turn, and one
+torchrun of N C++ ranks (`B D <mode>...`) that does the same; it compares rank 0's state dicts of
+each mode bitwise and prints a line per mode. It fails naming every mode that diverged (or, in
+skip_allreduce, did not), and the mode a launch failed in. One launch per language, not per mode:
+starting torchrun and its ranks costs far more than a mode's 24 steps.
   ddp_parity.py errors --binary B --mode M --nproc N --dir D
 runs only the C++ ranks of an error mode (each rank checks its own error).
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 
@@ -19,6 +24,11 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 STEPS = 24
+MODES = ["default", "find_unused", "static_graph", "bucket_view", "no_sync", "fp16", "bf16",
+         "cpp_hook", "allreduce_hook", "batchnorm", "skip_allreduce"]
+# C++ modes compared with another mode's Python run, and expected to differ from it: without the
+# all-reduce the ranks drift apart, and the comparison must see it.
+EXPECT_DIFFER = {"skip_allreduce": "cpp_hook"}
 
 
 class Net(nn.Module):
@@ -61,8 +71,8 @@ def half_mean_hook(state, bucket):
     return dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0])
 
 
-def worker(d, mode):
-    dist.init_process_group("gloo")
+def train(d, mode):
+    """One mode under Python's DDP; tests/dist/ddp_parity.cpp's `train` is its C++ twin."""
     rank = dist.get_rank()
     net = Net(mode == "batchnorm", mode == "find_unused")
     net.load_state_dict(torch.load(os.path.join(d, "init.pt")))
@@ -83,7 +93,7 @@ def worker(d, mode):
         ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
     if mode == "allreduce_hook":
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
-    if mode in ("cpp_hook", "skip_allreduce"):
+    if mode == "cpp_hook":
         ddp.register_comm_hook(None, half_mean_hook)
     data = torch.load(os.path.join(d, "data.pt"))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
@@ -103,7 +113,21 @@ def worker(d, mode):
         opt.zero_grad(set_to_none=mode != "bucket_view")
     if rank == 0:
         torch.save(ddp.state_dict(), os.path.join(d, "python.pt"))
-    dist.barrier()
+
+
+def worker(d, modes):
+    dist.init_process_group("gloo")
+    for mode in modes:
+        try:
+            train(os.path.join(d, mode), mode)
+        except Exception as e:
+            # The other ranks may wait in a collective of this mode: exit, torchrun stops them.
+            print(f"mode {mode}: FAILED in Python DDP on rank {dist.get_rank()}: {e!r}",
+                  flush=True)
+            os._exit(1)
+        dist.barrier()
+        if dist.get_rank() == 0:
+            print(f"mode {mode}: done", flush=True)
     dist.destroy_process_group()
 
 
@@ -111,49 +135,75 @@ def torchrun(nproc, *cmd):
     exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
     args = [exe, "--standalone", "--nproc-per-node", str(nproc), *cmd]
     print("+", " ".join(args), flush=True)
-    return subprocess.run(args, timeout=300).returncode
+    return subprocess.run(args, timeout=600).returncode
 
 
-def compare(d, expect_differ):
-    cpp = torch.load(os.path.join(d, "cpp.pt"))
-    py = torch.load(os.path.join(d, "python.pt"))
+def compare(d, mode):
+    """Compares one mode's files; returns None when it passes, else why it failed."""
+    cpp_path = os.path.join(d, mode, "cpp.pt")
+    py_path = os.path.join(d, EXPECT_DIFFER.get(mode, mode), "python.pt")
+    missing = [p for p in (cpp_path, py_path) if not os.path.exists(p)]
+    if missing:
+        return f"not run ({', '.join(missing)} missing: its launch failed at or before it)"
+    cpp, py = torch.load(cpp_path), torch.load(py_path)
     if list(cpp.keys()) != list(py.keys()):
-        print(f"keys differ: C++ {list(cpp.keys())} Python {list(py.keys())}")
-        return 1
+        return f"keys differ: C++ {list(cpp.keys())} Python {list(py.keys())}"
     differ = [k for k in py if not torch.equal(cpp[k], py[k])]
-    for k in differ:
-        print(f"{k}: max |C++ - Python| = {(cpp[k].double() - py[k].double()).abs().max():.3g}")
-    if expect_differ:
-        print("differs as expected" if differ else "equal although it must differ")
-        return 0 if differ else 1
-    print("bitwise equal" if not differ else f"{len(differ)} of {len(py)} entries differ")
-    return 1 if differ else 0
+    if mode in EXPECT_DIFFER:
+        return None if differ else "bitwise equal to Python, although it must differ"
+    if not differ:
+        return None
+    worst = ", ".join(f"{k} max |C++ - Python| = {(cpp[k].double() - py[k].double()).abs().max():.3g}"
+                      for k in differ[:3])
+    return f"{len(differ)} of {len(py)} entries differ ({worst})"
+
+
+def run(binary, nproc, d, modes):
+    # Files of an earlier run must not pass for this one's.
+    for mode in modes:
+        shutil.rmtree(os.path.join(d, mode), ignore_errors=True)
+    py_modes = []
+    for mode in modes:
+        prepare(os.path.join(d, mode), mode, nproc)
+        py_mode = EXPECT_DIFFER.get(mode, mode)
+        if py_mode not in py_modes:
+            py_modes.append(py_mode)
+    for py_mode in py_modes:
+        if py_mode not in modes:
+            prepare(os.path.join(d, py_mode), py_mode, nproc)
+    py_rc = torchrun(nproc, os.path.abspath(__file__), "worker", "--dir", d, "--modes", *py_modes)
+    cpp_rc = torchrun(nproc, "--no-python", binary, d, *modes)
+    failed = []
+    print(f"DDP parity, {nproc} ranks, {STEPS} steps, C++ ranks against Python DDP ranks:")
+    for mode in modes:
+        why = compare(d, mode)
+        expect = " (must differ)" if mode in EXPECT_DIFFER else ""
+        print(f"  {mode}{expect}: {'ok' if why is None else 'FAILED: ' + why}")
+        if why is not None:
+            failed.append(mode)
+    if py_rc or cpp_rc:
+        print(f"launch failed: Python ranks exit {py_rc}, C++ ranks exit {cpp_rc} (see 'FAILED' "
+              "above for the mode)")
+    if failed:
+        print(f"{len(failed)} of {len(modes)} modes failed: {', '.join(failed)}")
+    return 1 if failed or py_rc or cpp_rc else 0
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("command", choices=["run", "errors", "worker"])
     ap.add_argument("--binary")
-    ap.add_argument("--mode", required=True)
+    ap.add_argument("--mode", help="errors: the error mode")
+    ap.add_argument("--modes", nargs="+", default=MODES, choices=MODES)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--dir", required=True)
-    ap.add_argument("--expect-differ", action="store_true")
     a = ap.parse_args()
     if a.command == "worker":
-        worker(a.dir, a.mode)
+        worker(a.dir, a.modes)
         return 0
     if a.command == "errors":
-        return torchrun(a.nproc, "--no-python", a.binary, a.mode, a.dir)
-    for f in ("cpp.pt", "python.pt"):
-        if os.path.exists(os.path.join(a.dir, f)):
-            os.remove(os.path.join(a.dir, f))
-    prepare(a.dir, a.mode, a.nproc)
-    py_mode = "cpp_hook" if a.mode == "skip_allreduce" else a.mode
-    if torchrun(a.nproc, os.path.abspath(__file__), "worker", "--mode", py_mode, "--dir", a.dir):
-        return 1
-    if torchrun(a.nproc, "--no-python", a.binary, a.mode, a.dir):
-        return 1
-    return compare(a.dir, a.expect_differ)
+        return torchrun(a.nproc, "--no-python", a.binary, a.dir, a.mode)
+    return run(a.binary, a.nproc, a.dir, a.modes)
 
 
 if __name__ == "__main__":
