@@ -21,6 +21,7 @@
 
 #include "modhooks/core/error.h"
 #include "modhooks/state/checkpoint.h"
+#include "modhooks/state/object.h"
 #include "test_util.h"
 
 namespace {
@@ -134,8 +135,8 @@ struct Measured {
   std::string error;  // the modhooks::Error's text, or empty when the file loaded
 };
 
-/// Loads `path` with every allocation counted.
-Measured measure_load(const std::string& path) {
+/// Loads `path` with every allocation counted, by `load` or, with `object`, `load_object`.
+Measured measure_load(const std::string& path, bool object = false) {
   static CountingCpuAllocator* counting = [] {
     auto* allocator = new CountingCpuAllocator(c10::GetCPUAllocator());
     c10::SetCPUAllocator(allocator, /*priority=*/255);
@@ -147,7 +148,11 @@ Measured measure_load(const std::string& path) {
     const std::int64_t before = g_live.load();
     g_peak.store(before);
     try {
-      modhooks::StateDict sd = modhooks::load(path);
+      if (object) {
+        const c10::IValue loaded = modhooks::load_object(path);
+      } else {
+        modhooks::StateDict sd = modhooks::load(path);
+      }
       out.peak = g_peak.load() - before;
     } catch (const modhooks::Error& e) {
       out.peak = g_peak.load() - before;
@@ -253,6 +258,63 @@ TEST(LoadMemory, TheBudgetErrorSaysWhatWasExceeded) {
             std::string::npos)
       << m.error;
   std::remove(path.c_str());
+}
+
+/// load_object's value kinds, in floods of the cheapest opcodes that make them, and objects that
+/// load but hold many IValues per byte: whether they load or are refused, within the bound.
+TEST(LoadMemory, ObjectFloodsHoldAtMostSixteenTimesTheFileSizePlusOneMiB) {
+  constexpr int kOps = 400000;
+  const std::string proto = "\x80\x02";
+  const std::string binfloat = "G"s + std::string(8, '\0');
+  // {0: d, 1: d, ...} for one memoized empty dict d: distinct keys, so that the IValue dict
+  // holds as many entries as the pickle (the conversion's charges are what keeps it in bounds).
+  std::string distinct = proto + "}(K\x00}q\x00"s;
+  for (std::uint32_t i = 1; i < static_cast<std::uint32_t>(kOps / 400); ++i) {
+    distinct += 'J';
+    for (int b = 0; b < 4; ++b) distinct += static_cast<char>(i >> (8 * b));
+    distinct += "h\x00"s;
+  }
+  distinct += "u.";
+  const std::vector<Flood> object_floods = {
+      {"empty_list", proto + repeated("]", kOps) + ".", {}},
+      {"binfloat", proto + repeated(binfloat, kOps) + ".", {}},
+      // One list of 400,000 small ints: two bytes of file an item.
+      {"appends", proto + "](" + repeated("K\x01", kOps) + "e.", {}},
+      // A list holding one memoized empty list again and again.
+      {"shared_lists", proto + "]]q\x00a"s + repeated("h\x00a"s, kOps / 3) + ".", {}},
+      // {0: None, 1: None, ...}: int keys.
+      {"int_keys", proto + "}(" + repeated("J\x01\x02\x03\x04N", kOps / 4) + "u.", {}},
+      // Dict items that all refer to one memoized dict.
+      {"shared_dicts",
+       proto + "}(K\x00}q\x00"s + repeated("J\x01\x02\x03\x04h\x00"s, kOps / 400) + "u.",
+       {}},
+      {"distinct_int_keys", distinct, {}},
+      // A memoized 1 MiB string in a list 200 times: one string, not 200 copies.
+      {"shared_long_string",
+       proto + "X"s + std::string("\x00\x00\x10\x00", 4) + std::string(1 << 20, 'x') + "q\x00]("s +
+           repeated("h\x00"s, 200) + "e.",
+       {}},
+      // Devices, each a REDUCE of torch.device on a memoized argument tuple.
+      {"devices",
+       proto + "ctorch\ndevice\nq\x00X\x03\x00\x00\x00"s + "cpu\x85q\x01]("s +
+           repeated("h\x00h\x01R"s, kOps / 4) + "e.",
+       {}},
+  };
+  for (const Flood& flood : object_floods) {
+    const std::string path = write_archive(flood.name, flood.pickle, flood.records);
+    const Measured m = measure_load(path, /*object=*/true);
+    EXPECT_LE(m.peak, bound(file_size(path)))
+        << flood.name << ": peak " << m.peak << " bytes, file " << file_size(path) << " "
+        << m.error;
+    // These load: what they hold after the pickle is IValues, which the bound covers too.
+    for (const char* loads :
+         {"binfloat", "shared_dicts", "distinct_int_keys", "shared_long_string", "devices"}) {
+      if (std::string(loads) == flood.name) {
+        EXPECT_EQ(m.error, "") << flood.name;
+      }
+    }
+    std::remove(path.c_str());
+  }
 }
 
 /// Files Python's torch.save wrote (tests/python/oracle_checkpoints.py): the module state dicts

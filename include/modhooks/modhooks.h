@@ -16,6 +16,8 @@
 #include "modhooks/state/checkpoint.h"
 #include "modhooks/state/model_io.h"
 #include "modhooks/state/module_state.h"
+#include "modhooks/state/object.h"
+#include "modhooks/state/optim.h"
 #include "modhooks/state/state_dict.h"
 #include "modhooks/state/state_hooks.h"
 #include "modhooks/version.h"

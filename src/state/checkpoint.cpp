@@ -17,6 +17,7 @@
 #include "formats.h"
 #include "modhooks/core/error.h"
 #include "modhooks/state/detail/checkpoint_bytes.h"
+#include "modhooks/state/object.h"
 
 namespace modhooks {
 namespace detail {
@@ -172,7 +173,38 @@ std::string save_to_bytes(const StateDict& state_dict, CheckpointFormat format) 
   });
 }
 
+c10::IValue load_object_from_bytes(std::string_view bytes, const LoadOptions& options) {
+  return with_context("in-memory checkpoint",
+                      [&] { return read_torch_save_object(MemoryReadAdapter(bytes), options); });
+}
+
 }  // namespace detail
+
+void save_object(const c10::IValue& object, const std::string& path) {
+  detail::with_context("modhooks::save_object('" + path + "')", [&] {
+    // A safetensors file holds names to tensors only: the object must be a state dict.
+    const bool safetensors =
+        detail::format_for_path(path) == detail::CheckpointFormat::kSafetensors;
+    const StateDict state_dict = safetensors ? StateDict::from(object) : StateDict();
+    detail::FileSink sink(path);
+    if (safetensors) {
+      detail::write_safetensors(state_dict, sink);
+    } else {
+      detail::write_torch_save_object(object, sink);
+    }
+    sink.finish();
+  });
+}
+
+c10::IValue load_object(const std::string& path, const LoadOptions& options) {
+  return detail::with_context("modhooks::load_object('" + path + "')", [&] {
+    const detail::CheckpointFile file(path);
+    if (detail::format_for_path(path) == detail::CheckpointFormat::kSafetensors) {
+      return detail::read_safetensors(file).to_ivalue();
+    }
+    return detail::read_torch_save_object(file, options);
+  });
+}
 
 void save(const StateDict& state_dict, const std::string& path) {
   detail::with_context("modhooks::save('" + path + "')",

@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 #include <caffe2/serialize/read_adapter_interface.h>
 
@@ -37,6 +38,12 @@ StateDict read_torch_save(const caffe2::serialize::ReadAdapterInterface& in,
                           const LoadOptions& options,
                           const std::shared_ptr<const MappedFile>& mapped = nullptr);
 void write_torch_save(const StateDict& state_dict, Sink& out);
+
+/// The same format holding any weights-only object (load_object / save_object); see
+/// unpickle_object for what the reader returns and ObjectPickler for what the writer takes.
+c10::IValue read_torch_save_object(const caffe2::serialize::ReadAdapterInterface& in,
+                                   const LoadOptions& options);
+void write_torch_save_object(const c10::IValue& object, Sink& out);
 
 /// safetensors: an 8-byte header length, a JSON header, then the tensors' bytes back to back.
 /// With `mapped`, tensors aligned to their element size view the mapping, as above.

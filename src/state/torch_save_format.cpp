@@ -1,14 +1,17 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 #include <c10/core/CPUAllocator.h>
 #include <caffe2/serialize/inline_container.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -60,12 +63,27 @@ class PickleWriter {
   void mark() { op('('); }
   void tuple() { op('t'); }
   void empty_tuple() { op(')'); }
+  void tuple2() { op(0x86); }
   void empty_dict() { op('}'); }
   void reduce() { op('R'); }
   void set_item() { op('s'); }
   void build() { op('b'); }
   void persistent_id() { op('Q'); }
   void boolean(bool b) { op(b ? 0x88 : 0x89); }
+  void none() { op('N'); }
+  void empty_list() { op(']'); }
+  void appends() { op('e'); }
+  void set_items() { op('u'); }
+  /// BINFLOAT: the double's bits, big-endian.
+  void floating(double d) {
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &d, sizeof bits);
+    op('G');
+    for (int i = 7; i >= 0; --i) byte(static_cast<unsigned char>(bits >> (8 * i)));
+  }
+  /// LONG_BINPUT / LONG_BINGET: memo slot `index`.
+  void put(std::uint32_t index) { op('r'), le(index, 4); }
+  void get(std::uint32_t index) { op('j'), le(index, 4); }
   void global(const std::string& module, std::string_view name) {
     op('c');
     out_ += module;
@@ -74,7 +92,9 @@ class PickleWriter {
     out_ += '\n';
   }
   void str(const std::string& s) {
-    if (s.size() > 0xFFFFFFFFu) fail("key of " + std::to_string(s.size()) + " bytes is too long");
+    if (s.size() > 0xFFFFFFFFu) {
+      fail("string of " + std::to_string(s.size()) + " bytes is too long");
+    }
     op('X');
     le(s.size(), 4);
     out_ += s;
@@ -186,6 +206,143 @@ std::string pickle_state_dict(const StateDict& sd) {
   return w.take();
 }
 
+/// Pickles an IValue as torch.save pickles the Python object it stands for, so that Python's
+/// `torch.load(weights_only=True)` reads it back: GenericDicts as dicts, lists, tuples, None,
+/// bools, ints, floats, complex numbers, strings, devices and tensors. Each tensor object is
+/// written once, as a contiguous record (like `save`); a tensor or container met again is a
+/// memo reference, so sharing survives. Cycles, unsupported tags and nesting deeper than the
+/// reader accepts fail, naming the place in the object, before anything is written.
+class ObjectPickler {
+ public:
+  std::string pickle(const c10::IValue& object) {
+    w_.proto();
+    value(object, "object", 0);
+    w_.stop();
+    return w_.take();
+  }
+  /// The tensors whose records follow, in the order of their storage keys.
+  const std::vector<at::Tensor>& tensors() const { return tensors_; }
+
+ private:
+  /// What load_object accepts: the unpickler's nesting bound.
+  static constexpr int kMaxDepth = 32;
+
+  void value(const c10::IValue& v, const std::string& where, int depth) {
+    if (v.isNone()) {
+      w_.none();
+    } else if (v.isBool()) {
+      w_.boolean(v.toBool());
+    } else if (v.isInt()) {
+      w_.integer(v.toInt());
+    } else if (v.isDouble()) {
+      w_.floating(v.toDouble());
+    } else if (v.isComplexDouble()) {
+      const c10::complex<double> c = v.toComplexDouble();
+      w_.global("__builtin__", "complex");
+      w_.floating(c.real());
+      w_.floating(c.imag());
+      w_.tuple2();
+      w_.reduce();
+    } else if (v.isString()) {
+      const std::string& text = v.toStringRef();
+      check_utf8(where, text);
+      w_.str(text);
+    } else if (v.isDevice()) {
+      const c10::Device device = v.toDevice();
+      w_.global("torch", "device");
+      w_.mark();
+      w_.str(c10::DeviceTypeName(device.type(), /*lower_case=*/true));
+      if (device.has_index()) w_.integer(device.index());
+      w_.tuple();
+      w_.reduce();
+    } else if (v.isTensor()) {
+      tensor(v.toTensor(), where);
+    } else if (v.isTuple() || v.isList() || v.isGenericDict()) {
+      container(v, where, depth + 1);
+    } else {
+      fail(where + " is a " + v.tagKind() +
+           ", which torch.load(weights_only=True) cannot read back");
+    }
+  }
+
+  void tensor(const at::Tensor& t, const std::string& where) {
+    const void* identity = t.defined() ? t.unsafeGetTensorImpl() : nullptr;
+    if (auto found = memo_.find(identity); identity != nullptr && found != memo_.end()) {
+      w_.get(found->second);
+      return;
+    }
+    const DtypeNames& names = checked_dtype(where, t);
+    pickle_tensor(w_, std::to_string(tensors_.size()), t, names);
+    tensors_.push_back(t);
+    remember(identity);
+  }
+
+  void container(const c10::IValue& v, const std::string& where, int depth) {
+    if (depth > kMaxDepth) {
+      fail(where + " nests deeper than " + std::to_string(kMaxDepth) +
+           " levels, which load_object refuses");
+    }
+    const void* identity = v.internalToPointer();
+    if (auto found = memo_.find(identity); found != memo_.end()) {
+      if (found->second == kInProgress) fail(where + " contains itself");
+      w_.get(found->second);
+      return;
+    }
+    memo_[identity] = kInProgress;
+    if (v.isTuple()) {
+      const auto& items = v.toTupleRef().elements();
+      w_.mark();
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        value(items[i], where + "[" + std::to_string(i) + "]", depth);
+      }
+      w_.tuple();
+    } else if (v.isList()) {
+      const c10::ArrayRef<c10::IValue> items = v.toListRef();
+      w_.empty_list();
+      w_.mark();
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        value(items[i], where + "[" + std::to_string(i) + "]", depth);
+      }
+      w_.appends();
+    } else {
+      w_.empty_dict();
+      w_.mark();
+      for (const auto& entry : v.toGenericDict()) {
+        const c10::IValue& key = entry.key();
+        std::string key_text;
+        if (key.isString()) {
+          key_text = "'" + key.toStringRef() + "'";
+        } else if (key.isInt()) {
+          key_text = std::to_string(key.toInt());
+        } else if (key.isBool() || key.isDouble()) {
+          key_text = c10::str(key);
+        } else {
+          fail(where + " has a key of type " + key.tagKind() + "; only str, int, float and bool " +
+               "keys are read back");
+        }
+        value(key, where + " key " + key_text, depth);
+        value(entry.value(), where + "[" + key_text + "]", depth);
+      }
+      w_.set_items();
+    }
+    remember(identity);
+  }
+
+  /// The memo slot of the object just written: Python's pickler memoizes every object the same
+  /// way, so reading it back shares what was shared.
+  void remember(const void* identity) {
+    const auto index = static_cast<std::uint32_t>(next_memo_++);
+    w_.put(index);
+    if (identity != nullptr) memo_[identity] = index;
+  }
+
+  static constexpr std::uint32_t kInProgress = 0xFFFFFFFFu;
+  PickleWriter w_;
+  std::vector<at::Tensor> tensors_;
+  std::unordered_map<const void*, std::uint32_t> memo_;
+  std::uint64_t next_memo_ = 0;
+};
+
 c10::Storage load_record(const ZipArchive& archive, const std::string& key, c10::ScalarType dtype,
                          std::uint64_t numel, bool big_endian,
                          const std::shared_ptr<const MappedFile>& mapped) {
@@ -220,11 +377,11 @@ std::string read_string(const ZipArchive& archive, const ZipRecord& record) {
   return std::string(static_cast<const char*>(data.get()), static_cast<std::size_t>(record.size));
 }
 
-}  // namespace
-
-StateDict read_torch_save(const caffe2::serialize::ReadAdapterInterface& in,
-                          const LoadOptions& options,
-                          const std::shared_ptr<const MappedFile>& mapped) {
+/// Checks the archive, works out the budget and runs `unpickle` (unpickle_state_dict or
+/// unpickle_object) on its data.pkl with the archive's records as storages.
+template <class Unpickle>
+auto read_archive(const caffe2::serialize::ReadAdapterInterface& in, const LoadOptions& options,
+                  const std::shared_ptr<const MappedFile>& mapped, Unpickle unpickle) {
   const ZipArchive archive(in, options.verify_crc32);
   bool big_endian = false;
   if (const ZipRecord* byteorder = archive.find("byteorder")) {
@@ -249,7 +406,7 @@ StateDict read_torch_save(const caffe2::serialize::ReadAdapterInterface& in,
       .append(" bytes, plus 1 MiB, less ")
       .append(std::to_string(held))
       .append(" bytes for its pickle and zip index");
-  return unpickle_state_dict(
+  return unpickle(
       bytes,
       [&](const std::string& key, c10::ScalarType dtype, std::uint64_t numel) {
         return load_record(archive, key, dtype, numel, big_endian, mapped);
@@ -257,10 +414,11 @@ StateDict read_torch_save(const caffe2::serialize::ReadAdapterInterface& in,
       budget, rule);
 }
 
-void write_torch_save(const StateDict& state_dict, Sink& out) {
-  // Pickling checks every tensor before the first byte is written; the data is then converted
-  // to a CPU contiguous copy one record at a time.
-  const std::string pickle = pickle_state_dict(state_dict);
+/// Writes the archive: data.pkl, byteorder, then record data/<i> for tensors[i]. Pickling has
+/// checked every tensor before the first byte is written; each is converted to a CPU contiguous
+/// copy one record at a time.
+template <class Tensors>
+void write_archive(const std::string& pickle, const Tensors& tensors, Sink& out) {
   caffe2::serialize::PyTorchStreamWriter writer(
       std::function<std::size_t(const void*, std::size_t)>([&](const void* data, std::size_t n) {
         out.write(data, n);
@@ -269,13 +427,40 @@ void write_torch_save(const StateDict& state_dict, Sink& out) {
   writer.writeRecord("data.pkl", pickle.data(), pickle.size());
   writer.writeRecord("byteorder", "little", 6);
   std::size_t i = 0;
-  for (const auto& [key, tensor] : state_dict) {
+  for (const at::Tensor& tensor : tensors) {
     const at::Tensor data = writable_tensor(tensor);
     static const char kNothing = 0;
     const void* bytes = data.nbytes() == 0 ? &kNothing : data.data_ptr();
     writer.writeRecord("data/" + std::to_string(i++), bytes, data.nbytes());
   }
   writer.writeEndOfFile();
+}
+
+}  // namespace
+
+StateDict read_torch_save(const caffe2::serialize::ReadAdapterInterface& in,
+                          const LoadOptions& options,
+                          const std::shared_ptr<const MappedFile>& mapped) {
+  return read_archive(in, options, mapped, unpickle_state_dict);
+}
+
+c10::IValue read_torch_save_object(const caffe2::serialize::ReadAdapterInterface& in,
+                                   const LoadOptions& options) {
+  return read_archive(in, options, nullptr, unpickle_object);
+}
+
+void write_torch_save(const StateDict& state_dict, Sink& out) {
+  const std::string pickle = pickle_state_dict(state_dict);
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(state_dict.size());
+  for (const auto& [key, tensor] : state_dict) tensors.push_back(tensor);
+  write_archive(pickle, tensors, out);
+}
+
+void write_torch_save_object(const c10::IValue& object, Sink& out) {
+  ObjectPickler pickler;
+  const std::string pickle = pickler.pickle(object);
+  write_archive(pickle, pickler.tensors(), out);
 }
 
 }  // namespace detail

@@ -2,12 +2,18 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "unpickler.h"
 
+#include <ATen/core/Dict.h>
+#include <ATen/core/List.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/jit_type.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/Device.h>
 #include <torch/csrc/api/include/torch/version.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -22,8 +28,9 @@ namespace modhooks {
 namespace detail {
 namespace {
 
-/// Deep enough for a state dict (dict -> _metadata -> module -> value, tensor argument tuples);
-/// the bound keeps destruction of nested values from recursing without limit.
+/// Deep enough for a state dict (dict -> _metadata -> module -> value, tensor argument tuples)
+/// and a training checkpoint (dict -> optimizer -> state -> parameter -> tensor); the bound
+/// keeps destruction and conversion of nested values from recursing without limit.
 constexpr int kMaxDepth = 32;
 
 /// What libtorch allocates for one tensor beside its TensorImpl, in bytes (its version counter);
@@ -41,9 +48,14 @@ struct Refund {
 /// array, which is up to twice as large as the table and held twice while it is rehashed.
 constexpr std::uint64_t kHashEntryBytes = 16 + 32;
 
-/// The callables and classes a state dict pickle may name.
+/// The callables and classes a pickle may name: those of state dicts, and the other types on
+/// Python's weights-only allow-list that have an IValue counterpart.
 enum class Global : std::uint8_t {
   kOrderedDict,
+  kCounter,  // collections.Counter(dict): loads as the dict
+  kSize,     // torch.Size(tuple): loads as the tuple
+  kDevice,   // torch.device(type[, index])
+  kComplex,  // builtins.complex(real, imag)
   kRebuildTensorV2,
   kRebuildTensorV3,
   kRebuildParameter,
@@ -58,9 +70,13 @@ enum class Kind : std::uint8_t {
   kNone,
   kBool,
   kInt,
+  kFloat,
   kStr,
   kTuple,
+  kList,
   kDict,
+  kComplex,  // `items` holds the real and imaginary parts as two kFloat values
+  kDevice,   // `number` holds the c10::Device's type and index (device_bits)
   kGlobal,
   kStorage,
   kTensor
@@ -75,12 +91,20 @@ const char* kind_name(Kind kind) {
       return "bool";
     case Kind::kInt:
       return "int";
+    case Kind::kFloat:
+      return "float";
     case Kind::kStr:
       return "str";
     case Kind::kTuple:
       return "tuple";
+    case Kind::kList:
+      return "list";
     case Kind::kDict:
       return "dict";
+    case Kind::kComplex:
+      return "complex";
+    case Kind::kDevice:
+      return "device";
     case Kind::kGlobal:
       return "global";
     case Kind::kStorage:
@@ -108,9 +132,10 @@ class Value {
   Global global = Global::kOrderedDict;                // kGlobal; kStorage: which class made it
   c10::ScalarType dtype = c10::ScalarType::Undefined;  // kGlobal storage class or dtype, kStorage
   union {
-    std::int64_t number = 0;     // kBool, kInt
+    std::int64_t number = 0;     // kBool, kInt, kDevice
+    double real;                 // kFloat
     Str* text;                   // kStr
-    Container* items;            // kTuple, kDict
+    Container* items;            // kTuple, kList, kDict, kComplex
     c10::StorageImpl* storage_;  // kStorage
     c10::TensorImpl* tensor_;    // kTensor
   };
@@ -152,7 +177,10 @@ class Value {
     return v;
   }
 
-  bool is_container() const { return kind == Kind::kTuple || kind == Kind::kDict; }
+  bool is_container() const {
+    return kind == Kind::kTuple || kind == Kind::kList || kind == Kind::kDict ||
+           kind == Kind::kComplex;
+  }
   const std::string& str() const { return text->text; }
   c10::Storage storage() const {
     c10::raw::intrusive_ptr::incref(storage_);
@@ -169,7 +197,7 @@ class Value {
 };
 static_assert(sizeof(Value) == 16, "a Value is a tag and one word");
 
-/// A tuple (items) or dict (keys and values alternating, in insertion order).
+/// A tuple or list (items) or dict (keys and values alternating, in insertion order).
 ///
 /// `sealed` is set once the container is placed inside another one; a sealed container can no
 /// longer change. Pickles build a container's contents before nesting it, so this costs nothing
@@ -189,7 +217,9 @@ void Value::retain() {
       ++text->refs;
       break;
     case Kind::kTuple:
+    case Kind::kList:
     case Kind::kDict:
+    case Kind::kComplex:
       ++items->refs;
       break;
     case Kind::kStorage:
@@ -209,7 +239,9 @@ void Value::release() {
       if (--text->refs == 0) delete text;
       break;
     case Kind::kTuple:
+    case Kind::kList:
     case Kind::kDict:
+    case Kind::kComplex:
       // Recursion is bounded by kMaxDepth.
       if (--items->refs == 0) delete items;
       break;
@@ -225,6 +257,21 @@ void Value::release() {
   kind = Kind::kNone;
 }
 
+/// A dict key for an error message: the string itself, or the number.
+std::string key_text(const Value& key) {
+  switch (key.kind) {
+    case Kind::kStr:
+      return key.str();
+    case Kind::kInt:
+    case Kind::kBool:
+      return std::to_string(key.number);
+    case Kind::kFloat:
+      return std::to_string(key.real);
+    default:
+      return std::string("a ") + kind_name(key.kind);
+  }
+}
+
 class Unpickler {
  public:
   Unpickler(std::string_view data, const StorageLoader& load_storage, std::uint64_t budget,
@@ -235,9 +282,16 @@ class Unpickler {
         budget_limit_(budget),
         budget_rule_(budget_rule) {}
 
-  StateDict run();
+  /// The state dict the pickle describes.
+  StateDict state_dict() { return to_state_dict(run()); }
+  /// The object the pickle describes, as an IValue.
+  c10::IValue object();
 
  private:
+  /// Runs the pickle to its STOP and returns its object; the stack and memo are freed by then,
+  /// so a container's reference count says how often the object refers to it.
+  Value run();
+
   [[noreturn]] void error(const std::string& message) const {
     fail("data.pkl offset " + std::to_string(op_offset_) + ": " + message);
   }
@@ -338,17 +392,25 @@ class Unpickler {
     v.number = b;
     return v;
   }
+  Value make_float(double d) {
+    Value v;
+    v.kind = Kind::kFloat;
+    v.real = d;
+    return v;
+  }
   Value make_tuple(std::vector<Value> items);
-  Value make_dict() {
+  Value make_container(Kind kind) {
     charge(sizeof(Container));
     Value v;
     v.items = new Container();
-    v.kind = Kind::kDict;
+    v.kind = kind;
     return v;
   }
+  Value make_dict() { return make_container(Kind::kDict); }
   /// Puts `child` inside `parent`: seals the child and keeps the depth bound.
   void nest(Container& parent, const Value& child);
   void set_item(Value& dict, Value key, Value value);
+  void append(Value& list, Value value);
 
   // --- opcodes with meaning
   Value resolve_global(std::string_view module, std::string_view name);
@@ -356,8 +418,16 @@ class Unpickler {
   Value rebuild_tensor(const std::vector<Value>& args, bool v3);
   Value rebuild_parameter(const std::vector<Value>& args);
   Value persistent_load(const Value& pid);
+  Value make_device(const std::vector<Value>& args);
+  Value make_complex(const std::vector<Value>& args);
   void build(Value& target, const Value& state);
   StateDict to_state_dict(const Value& result);
+  c10::IValue to_ivalue(const Value& v);
+  c10::IValue container_to_ivalue(const Value& v);
+  /// IValues of the containers the object refers to more than once, so that each is converted
+  /// once and stays one object, shared, as Python's are.
+  std::unordered_map<const Container*, c10::IValue> converted_;
+  std::unordered_map<const Str*, c10::IValue> converted_strings_;
 
   /// A tensor: its TensorImpl and what libtorch allocates beside it, sizes and strides beyond the
   /// five dimensions a TensorImpl keeps inline, autograd's metadata when it requires grad.
@@ -456,13 +526,23 @@ void Unpickler::nest(Container& parent, const Value& child) {
 void Unpickler::set_item(Value& dict, Value key, Value value) {
   if (dict.kind != Kind::kDict) error("SETITEM on a " + std::string(kind_name(dict.kind)));
   if (dict.items->sealed) error("SETITEM on a dict that is already nested in another object");
-  if (key.kind != Kind::kStr) {
-    error("dict key is a " + std::string(kind_name(key.kind)) + ", not a str");
+  // The key types IValue dicts can hash; a state dict's keys must be str (to_state_dict).
+  if (key.kind != Kind::kStr && key.kind != Kind::kInt && key.kind != Kind::kBool &&
+      key.kind != Kind::kFloat) {
+    error("dict key is a " + std::string(kind_name(key.kind)) + ", not a str, int, float or bool");
   }
   nest(*dict.items, value);
   make_room(dict.items->items, 2);
   dict.items->items.push_back(std::move(key));
   dict.items->items.push_back(std::move(value));
+}
+
+void Unpickler::append(Value& list, Value value) {
+  if (list.kind != Kind::kList) error("APPEND to a " + std::string(kind_name(list.kind)));
+  if (list.items->sealed) error("APPEND to a list that is already nested in another object");
+  nest(*list.items, value);
+  make_room(list.items->items, 1);
+  list.items->items.push_back(std::move(value));
 }
 
 std::vector<std::int64_t> Unpickler::expect_int_tuple(const Value& v, const char* what) {
@@ -485,6 +565,23 @@ Value Unpickler::resolve_global(std::string_view module, std::string_view name) 
   v.kind = Kind::kGlobal;
   if (module == "collections" && name == "OrderedDict") {
     v.global = Global::kOrderedDict;
+    return v;
+  }
+  if (module == "collections" && name == "Counter") {
+    v.global = Global::kCounter;
+    return v;
+  }
+  // Python 3 writes builtins under their Python 2 module name in protocol 2.
+  if ((module == "builtins" || module == "__builtin__") && name == "complex") {
+    v.global = Global::kComplex;
+    return v;
+  }
+  if (module == "torch" && name == "Size") {
+    v.global = Global::kSize;
+    return v;
+  }
+  if (module == "torch" && name == "device") {
+    v.global = Global::kDevice;
     return v;
   }
   if (module == "torch._utils") {
@@ -525,7 +622,8 @@ Value Unpickler::resolve_global(std::string_view module, std::string_view name) 
     }
   }
   error("global '" + std::string(module) + "." + std::string(name) +
-        "' is not allowed: a state dict holds only OrderedDicts, tensors and their storages");
+        "' is not allowed: modhooks reads dicts, OrderedDicts, Counters, lists, tuples, tensors, "
+        "numbers, strings, None, torch.Size, torch.device and dtypes");
 }
 
 Value Unpickler::persistent_load(const Value& pid) {
@@ -634,7 +732,7 @@ Value Unpickler::rebuild_tensor(const std::vector<Value>& args, bool v3) {
     for (std::size_t i = 1; i < meta.items->items.size(); i += 2) {
       const Value& flag = meta.items->items[i];
       if (flag.kind != Kind::kBool || flag.number != 0) {
-        error("tensor metadata '" + meta.items->items[i - 1].str() +
+        error("tensor metadata '" + key_text(meta.items->items[i - 1]) +
               "' (a conjugate or negative view) is not supported");
       }
     }
@@ -701,6 +799,46 @@ Value Unpickler::rebuild_parameter(const std::vector<Value>& args) {
   return Value::of_tensor(std::move(t));
 }
 
+Value Unpickler::make_device(const std::vector<Value>& args) {
+  // torch.device.__reduce__ gives (device, (type,)) or (device, (type, index)).
+  if (args.empty() || args.size() > 2 || args[0].kind != Kind::kStr) {
+    error("torch.device takes a type name and an optional index");
+  }
+  std::string spec = args[0].str();
+  if (args.size() == 2) spec += ":" + std::to_string(expect_int(args[1], "device index"));
+  c10::Device device(c10::kCPU);
+  try {
+    device = c10::Device(spec);
+  } catch (const c10::Error&) {
+    error("'" + spec + "' is not a device this libtorch (" + TORCH_VERSION + ") knows");
+  }
+  Value v;
+  v.kind = Kind::kDevice;
+  v.number = (static_cast<std::int64_t>(device.type()) << 16) |
+             static_cast<std::uint16_t>(static_cast<std::int16_t>(device.index()));
+  return v;
+}
+
+Value Unpickler::make_complex(const std::vector<Value>& args) {
+  if (args.size() != 2) error("complex takes a real and an imaginary part");
+  std::vector<Value> parts;
+  charge_items<Value>(2);
+  parts.reserve(2);
+  for (const Value& part : args) {
+    if (part.kind == Kind::kFloat) {
+      parts.push_back(part);
+    } else if (part.kind == Kind::kInt) {
+      parts.push_back(make_float(static_cast<double>(part.number)));
+    } else {
+      error("a part of a complex number is a " + std::string(kind_name(part.kind)));
+    }
+  }
+  Value v = make_container(Kind::kComplex);
+  v.items->items = std::move(parts);
+  v.items->sealed = true;
+  return v;
+}
+
 Value Unpickler::reduce(const Value& callable, const Value& args) {
   if (callable.kind != Kind::kGlobal) {
     error("REDUCE calls a " + std::string(kind_name(callable.kind)));
@@ -711,6 +849,19 @@ Value Unpickler::reduce(const Value& callable, const Value& args) {
     case Global::kOrderedDict:
       if (!a.empty()) error("OrderedDict is built from arguments; only OrderedDict() is allowed");
       return make_dict();
+    case Global::kCounter:
+      // Counter.__reduce__ gives (Counter, (dict(self),)).
+      if (a.empty()) return make_dict();
+      if (a.size() != 1 || a[0].kind != Kind::kDict) error("Counter takes one dict");
+      return a[0];
+    case Global::kSize:
+      if (a.size() != 1) error("torch.Size takes one tuple");
+      expect_int_tuple(a[0], "torch.Size");
+      return a[0];
+    case Global::kDevice:
+      return make_device(a);
+    case Global::kComplex:
+      return make_complex(a);
     case Global::kRebuildTensorV2:
       return rebuild_tensor(a, false);
     case Global::kRebuildTensorV3:
@@ -735,8 +886,8 @@ void Unpickler::build(Value& target, const Value& state) {
   if (state.kind != Kind::kDict) error("BUILD state is a " + std::string(kind_name(state.kind)));
   const auto& items = state.items->items;
   for (std::size_t i = 0; i < items.size(); i += 2) {
-    if (items[i].str() != "_metadata") {
-      error("BUILD sets the attribute '" + items[i].str() + "'; only _metadata is allowed");
+    if (items[i].kind != Kind::kStr || items[i].str() != "_metadata") {
+      error("BUILD sets the attribute '" + key_text(items[i]) + "'; only _metadata is allowed");
     }
     if (items[i + 1].kind != Kind::kDict) error("_metadata is not a dict");
     nest(*target.items, items[i + 1]);
@@ -752,6 +903,9 @@ StateDict Unpickler::to_state_dict(const Value& result) {
   StateDict sd;
   const auto& items = result.items->items;
   for (std::size_t i = 0; i < items.size(); i += 2) {
+    if (items[i].kind != Kind::kStr) {
+      fail("state dict key is a " + std::string(kind_name(items[i].kind)) + ", not a str");
+    }
     const std::string& key = items[i].str();
     if (items[i + 1].kind != Kind::kTensor) {
       fail("state dict entry '" + key + "' is a " + kind_name(items[i + 1].kind) +
@@ -765,7 +919,10 @@ StateDict Unpickler::to_state_dict(const Value& result) {
   }
   if (const Value& metadata = result.items->metadata; metadata.kind == Kind::kDict) {
     for (std::size_t i = 0; i < metadata.items->items.size(); i += 2) {
-      const std::string& prefix = metadata.items->items[i].str();
+      const Value& prefix_key = metadata.items->items[i];
+      if (prefix_key.kind != Kind::kStr)
+        fail("_metadata key " + key_text(prefix_key) + " is not a str");
+      const std::string& prefix = prefix_key.str();
       const Value& entry = metadata.items->items[i + 1];
       if (entry.kind != Kind::kDict) {
         fail("_metadata['" + prefix + "'] is a " + kind_name(entry.kind) + ", not a dict");
@@ -773,7 +930,11 @@ StateDict Unpickler::to_state_dict(const Value& result) {
       charge_entry(prefix, sizeof(Metadata));
       Metadata md;
       for (std::size_t j = 0; j < entry.items->items.size(); j += 2) {
-        const std::string& name = entry.items->items[j].str();
+        const Value& name_key = entry.items->items[j];
+        if (name_key.kind != Kind::kStr) {
+          fail("_metadata['" + prefix + "'] key " + key_text(name_key) + " is not a str");
+        }
+        const std::string& name = name_key.str();
         const Value& value = entry.items->items[j + 1];
         if (value.kind != Kind::kInt && value.kind != Kind::kBool) {
           fail("_metadata['" + prefix + "']['" + name + "'] is a " + kind_name(value.kind) +
@@ -789,7 +950,167 @@ StateDict Unpickler::to_state_dict(const Value& result) {
   return sd;
 }
 
-StateDict Unpickler::run() {
+/// What libtorch allocates for IValue containers beyond their items, upper bounds: a ListImpl or
+/// DictImpl with its element types, a Tuple, a ConstantString, a ComplexHolder.
+constexpr std::uint64_t kIValueObjectBytes = 128;
+/// A GenericDict entry: the ordered hash map keeps key, value, distance and its two links in a
+/// slot array of at most four slots per entry when reserved for its size.
+constexpr std::uint64_t kIValueDictEntryBytes = 4 * 64;
+
+c10::IValue Unpickler::object() {
+  Value result = run();
+  return to_ivalue(result);
+}
+
+c10::IValue Unpickler::to_ivalue(const Value& v) {
+  switch (v.kind) {
+    case Kind::kUnset:
+    case Kind::kNone:
+      return c10::IValue();
+    case Kind::kBool:
+      return c10::IValue(v.number != 0);
+    case Kind::kInt:
+      return c10::IValue(v.number);
+    case Kind::kFloat:
+      return c10::IValue(v.real);
+    case Kind::kStr: {
+      // A string the object holds more than once (a memoized key) becomes one shared
+      // ConstantString, not a copy per place: a long string referred to again and again would
+      // otherwise be copied as often.
+      const bool shared = v.text->refs > 1;
+      if (shared) {
+        auto found = converted_strings_.find(v.text);
+        if (found != converted_strings_.end()) return found->second;
+      }
+      charge(kIValueObjectBytes + v.str().size() + 1);
+      c10::IValue out(v.str());
+      if (shared) {
+        charge(sizeof(decltype(converted_strings_)::value_type) + kHashEntryBytes);
+        converted_strings_.emplace(v.text, out);
+      }
+      return out;
+    }
+    case Kind::kDevice:
+      return c10::IValue(
+          c10::Device(static_cast<c10::DeviceType>(v.number >> 16),
+                      static_cast<c10::DeviceIndex>(static_cast<std::int16_t>(v.number & 0xffff))));
+    case Kind::kStorage:
+      return c10::IValue(v.storage());
+    case Kind::kTensor:
+      return c10::IValue(v.tensor());
+    case Kind::kGlobal:
+      // A dtype stands as the int of its ScalarType, which is what IValue(ScalarType) holds
+      // and IValue::toScalarType() reads.
+      if (v.global == Global::kDtype) return c10::IValue(v.dtype);
+      fail("the object holds a class or function (a pickle global) as a value");
+    case Kind::kTuple:
+    case Kind::kList:
+    case Kind::kDict:
+    case Kind::kComplex:
+      break;
+  }
+  // Only a container the object refers to more than once is remembered: each is converted once
+  // (a chain of shared containers would otherwise be converted exponentially often) and stays
+  // one shared object.
+  const bool shared = v.items->refs > 1;
+  if (shared) {
+    auto found = converted_.find(v.items);
+    if (found != converted_.end()) return found->second;
+  }
+  c10::IValue out = container_to_ivalue(v);
+  if (shared) {
+    charge(sizeof(decltype(converted_)::value_type) + kHashEntryBytes);
+    converted_.emplace(v.items, out);
+  }
+  return out;
+}
+
+c10::IValue Unpickler::container_to_ivalue(const Value& v) {
+  const std::vector<Value>& items = v.items->items;
+  if (v.kind == Kind::kComplex) {
+    charge(kIValueObjectBytes);
+    return c10::IValue(c10::complex<double>(items[0].real, items[1].real));
+  }
+  if (v.kind == Kind::kDict) {
+    // Key and value types from the entries, so that typed views (toTypedDict<std::string,
+    // at::Tensor>) of a state dict work; mixed entries give AnyType.
+    c10::TypePtr key_type = c10::StringType::get();
+    bool all_tensors = !items.empty();
+    for (std::size_t i = 0; i < items.size(); i += 2) {
+      if (items[i].kind != items[0].kind) key_type = c10::AnyType::get();
+      if (items[i + 1].kind != Kind::kTensor) all_tensors = false;
+    }
+    if (!items.empty() && key_type != c10::AnyType::get()) {
+      switch (items[0].kind) {
+        case Kind::kInt:
+          key_type = c10::IntType::get();
+          break;
+        case Kind::kFloat:
+          key_type = c10::FloatType::get();
+          break;
+        case Kind::kBool:
+          key_type = c10::BoolType::get();
+          break;
+        default:
+          break;
+      }
+    }
+    charge(kIValueObjectBytes);
+    std::uint64_t entries = 0;
+    if (mul_overflows(items.size() / 2, kIValueDictEntryBytes, &entries)) charge(~0ULL);
+    charge(entries);
+    c10::impl::GenericDict dict(key_type, all_tensors ? c10::TypePtr(c10::TensorType::get())
+                                                      : c10::TypePtr(c10::AnyType::get()));
+    dict.reserve(items.size() / 2);
+    for (std::size_t i = 0; i < items.size(); i += 2) {
+      dict.insert_or_assign(to_ivalue(items[i]), to_ivalue(items[i + 1]));
+    }
+    return c10::IValue(std::move(dict));
+  }
+  charge(kIValueObjectBytes);
+  charge_items<c10::IValue>(items.size());
+  if (v.kind == Kind::kTuple) {
+    // The vector moves into the tuple (or its items into the tuple's inline slots).
+    std::vector<c10::IValue> converted;
+    converted.reserve(items.size());
+    for (const Value& item : items) converted.push_back(to_ivalue(item));
+    return c10::IValue(c10::ivalue::Tuple::create(std::move(converted)));
+  }
+  // A list of one kind of item gets that element type, so toIntList() and its siblings work.
+  c10::TypePtr element_type = c10::AnyType::get();
+  if (!items.empty()) {
+    const Kind kind = items[0].kind;
+    bool uniform = true;
+    for (const Value& item : items) uniform = uniform && item.kind == kind;
+    if (uniform) {
+      switch (kind) {
+        case Kind::kInt:
+          element_type = c10::IntType::get();
+          break;
+        case Kind::kFloat:
+          element_type = c10::FloatType::get();
+          break;
+        case Kind::kBool:
+          element_type = c10::BoolType::get();
+          break;
+        case Kind::kStr:
+          element_type = c10::StringType::get();
+          break;
+        case Kind::kTensor:
+          element_type = c10::TensorType::get();
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  c10::impl::GenericList list(element_type);
+  list.reserve(items.size());
+  for (const Value& item : items) list.push_back(to_ivalue(item));
+  return c10::IValue(std::move(list));
+}
+
+Value Unpickler::run() {
   while (pos_ < data_.size()) {
     op_offset_ = pos_;
     const auto op = static_cast<unsigned char>(data_[pos_++]);
@@ -804,7 +1125,13 @@ StateDict Unpickler::run() {
         break;
       case '.': {  // STOP
         Value result = pop();
-        return to_state_dict(result);
+        const std::uint64_t freed = (stack_.capacity() + memo_.capacity()) * sizeof(Value) +
+                                    marks_.capacity() * sizeof(std::size_t);
+        std::vector<Value>().swap(stack_);
+        std::vector<Value>().swap(memo_);
+        std::vector<std::size_t>().swap(marks_);
+        budget_ += freed;
+        return result;
       }
       case '(':  // MARK
         make_room(marks_, 1);
@@ -819,6 +1146,14 @@ StateDict Unpickler::run() {
       case 0x89:  // NEWFALSE
         push(make_bool(false));
         break;
+      case 'G': {  // BINFLOAT: big-endian IEEE 754 double
+        std::uint64_t bits = 0;
+        for (const char c : take(8)) bits = (bits << 8) | static_cast<unsigned char>(c);
+        double d = 0;
+        std::memcpy(&d, &bits, sizeof d);
+        push(make_float(d));
+        break;
+      }
       case 'J':  // BININT: signed 32-bit
         push(make_int(static_cast<std::int32_t>(read_uint(4))));
         break;
@@ -863,6 +1198,31 @@ StateDict Unpickler::run() {
       case '}':  // EMPTY_DICT
         push(make_dict());
         break;
+      case ']':  // EMPTY_LIST
+        push(make_container(Kind::kList));
+        break;
+      case 'l': {  // LIST
+        std::vector<Value> items = pop_to_mark();
+        Value list = make_container(Kind::kList);
+        for (const Value& item : items) nest(*list.items, item);
+        list.items->items = std::move(items);
+        push(std::move(list));
+        break;
+      }
+      case 'a': {  // APPEND
+        Value value = pop();
+        append(top(), std::move(value));
+        break;
+      }
+      case 'e': {  // APPENDS
+        std::vector<Value> items = pop_to_mark();
+        Value& list = top();
+        for (Value& item : items) append(list, std::move(item));
+        const std::uint64_t bytes = items.capacity() * sizeof(Value);
+        std::vector<Value>().swap(items);
+        budget_ += bytes;  // the temporary list, freed; its items live on in the list
+        break;
+      }
       case 's': {  // SETITEM
         Value value = pop();
         Value key = pop();
@@ -933,7 +1293,7 @@ StateDict Unpickler::run() {
       default: {
         static const char* hex = "0123456789abcdef";
         error(std::string("pickle opcode 0x") + hex[op >> 4] + hex[op & 15] +
-              " is not supported in a state dict");
+              " is not supported (modhooks reads what torch.save writes of weights-only objects)");
       }
     }
   }
@@ -945,7 +1305,12 @@ StateDict Unpickler::run() {
 
 StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage,
                               std::uint64_t budget, const std::string& budget_rule) {
-  return Unpickler(pickle, load_storage, budget, budget_rule).run();
+  return Unpickler(pickle, load_storage, budget, budget_rule).state_dict();
+}
+
+c10::IValue unpickle_object(std::string_view pickle, const StorageLoader& load_storage,
+                            std::uint64_t budget, const std::string& budget_rule) {
+  return Unpickler(pickle, load_storage, budget, budget_rule).object();
 }
 
 }  // namespace detail

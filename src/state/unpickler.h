@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <ATen/core/ivalue.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/Storage.h>
 
@@ -22,11 +23,12 @@ using StorageLoader =
 
 /// Runs the `data.pkl` of a torch.save archive and returns the state dict it describes.
 ///
-/// This is not Python's unpickler: it knows the protocol 2-5 opcodes a pickled state dict uses
-/// and a handful of globals (collections.OrderedDict, the torch._utils tensor and parameter
-/// rebuild functions, torch.*Storage, torch.UntypedStorage, dtypes), so nothing in a file can
-/// run code. Every other global, opcode or object shape raises modhooks::Error naming it and
-/// its offset. Containers can neither nest deeper than a small bound nor contain themselves.
+/// This is not Python's unpickler: it knows the protocol 2-5 opcodes torch.save writes for
+/// weights-only objects and a handful of globals (collections.OrderedDict and Counter, the
+/// torch._utils tensor and parameter rebuild functions, torch.*Storage, torch.UntypedStorage,
+/// dtypes, torch.Size, torch.device, complex), so nothing in a file can run code. Every other
+/// global, opcode or object shape raises modhooks::Error naming it and its offset. Containers can
+/// neither nest deeper than a small bound nor contain themselves.
 ///
 /// Every allocation the unpickling makes is charged in full against `budget` bytes before it is
 /// made, and nothing is refunded: stack, memo and container slots (16 bytes each, vectors
@@ -37,6 +39,15 @@ using StorageLoader =
 /// caller set the budget.
 StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage,
                               std::uint64_t budget, const std::string& budget_rule);
+
+/// The same machine, returning the pickle's object as an IValue (load_object): dicts and
+/// OrderedDicts as GenericDicts in insertion order (an OrderedDict's `_metadata` is dropped),
+/// lists, tuples (torch.Size too), None, bools, ints, floats, complex numbers, strings,
+/// devices, dtypes (as the int of their ScalarType), tensors and storages. The conversion is
+/// charged against the same budget: containers, strings and dict entries at upper bounds of
+/// what libtorch allocates for them; a container the object refers to twice stays one object.
+c10::IValue unpickle_object(std::string_view pickle, const StorageLoader& load_storage,
+                            std::uint64_t budget, const std::string& budget_rule);
 
 }  // namespace detail
 }  // namespace modhooks

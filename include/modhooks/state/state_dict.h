@@ -10,6 +10,10 @@
 
 #include "modhooks/state/ordered_map.h"
 
+namespace c10 {
+struct IValue;
+}  // namespace c10
+
 namespace modhooks {
 
 /// One module's entry in Python's `state_dict._metadata`, e.g. {"version": 1}. Python allows any
@@ -22,6 +26,17 @@ using Metadata = std::map<std::string, std::int64_t>;
 /// `for (auto& [key, tensor] : sd)` works. Copies share tensors, like Python's `dict.copy()`.
 class StateDict : public OrderedMap<at::Tensor> {
  public:
+  /// The state dict a mapping of names to tensors stands for, as `load_object` returns it
+  /// (`StateDict::from(ckpt.toGenericDict().at("model"))`): keys in the dict's order, tensors
+  /// shared, no metadata. Throws modhooks::Error on anything else (not a dict, a key that is not
+  /// a str, a value that is not a tensor), naming it.
+  static StateDict from(const c10::IValue& value);
+
+  /// The other way: a `Dict<str, Tensor>` in this order, sharing the tensors, which
+  /// `save_object` writes as a dict Python's `load_state_dict` takes. The metadata is left out
+  /// (an IValue dict cannot carry Python's `_metadata` attribute).
+  c10::IValue to_ivalue() const;
+
   /// Python's `_metadata`: module prefix without the trailing dot ("" for the root, "0.1" for a
   /// grandchild) -> that module's metadata, in module traversal order.
   OrderedMap<Metadata>& metadata() { return metadata_; }

@@ -2,6 +2,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <ATen/core/ivalue.h>
+
 #include <string>
 #include <string_view>
 
@@ -21,6 +23,9 @@ CheckpointFormat format_for_path(const std::string& path);
 /// ends in modhooks::Error, never in a crash or an allocation beyond the input's size.
 StateDict load_from_bytes(std::string_view bytes, CheckpointFormat format,
                           const LoadOptions& options = {});
+
+/// `load_object` on an in-memory torch.save file, under the same checks and budget.
+c10::IValue load_object_from_bytes(std::string_view bytes, const LoadOptions& options = {});
 
 /// `save` into memory: the file's bytes.
 std::string save_to_bytes(const StateDict& state_dict, CheckpointFormat format);
