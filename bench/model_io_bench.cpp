@@ -151,6 +151,46 @@ void BM_1GiBTorchSave_LoadModelNoCrc_vs_MemcpyFromMapping(benchmark::State& stat
 }
 BENCHMARK(BM_1GiBTorchSave_LoadModelNoCrc_vs_MemcpyFromMapping)->Unit(benchmark::kMillisecond);
 
+/// Cold page cache: the file's pages dropped before each call of either side
+/// (posix_fadvise(DONTNEED) of this file alone, which needs no privilege and leaves the rest of
+/// the machine's cache alone), load_model against a pread of the same bytes into the model.
+void load_model_cold_vs_pread(benchmark::State& state, const char* name) {
+  const std::string& path = checkpoint(name);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  const auto size = static_cast<std::uint64_t>(::lseek(fd, 0, SEEK_END));
+  const auto drop = [&] { ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); };
+  modhooks_bench::paired(
+      state, 1,
+      [&] {
+        drop();
+        auto offset = static_cast<off_t>(size - kBytes);
+        for (auto& p : model()->parameters()) {
+          benchmark::DoNotOptimize(::pread(fd, p.data_ptr(), p.nbytes(), offset));
+          offset += static_cast<off_t>(p.nbytes());
+        }
+      },
+      [&] {
+        drop();
+        benchmark::DoNotOptimize(modhooks::load_model(model(), path));
+      });
+  ::close(fd);
+  report_bytes(state);
+}
+
+void BM_1GiBSafetensors_LoadModelCold_vs_PreadCold(benchmark::State& state) {
+  load_model_cold_vs_pread(state, "model_io_1GiB.safetensors");
+}
+BENCHMARK(BM_1GiBSafetensors_LoadModelCold_vs_PreadCold)
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
+
+void BM_1GiBTorchSave_LoadModelCrcCold_vs_PreadCold(benchmark::State& state) {
+  load_model_cold_vs_pread(state, "model_io_1GiB.pt");
+}
+BENCHMARK(BM_1GiBTorchSave_LoadModelCrcCold_vs_PreadCold)
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
+
 /// Mapped `load` of the 1 GiB file against mapped `load` of a file with the same header (16
 /// tensors of the same names and dtype) and 64 bytes of data: the time goes with the header.
 void BM_1GiBSafetensors_LoadMmap_vs_SameHeaderTinyFile(benchmark::State& state) {

@@ -51,6 +51,11 @@ Source source_of(const at::Tensor& tensor) {
                       static_cast<std::uint64_t>(tensor.storage_offset()) * tensor.element_size()};
 }
 
+/// Writing a tensor's memory directly, unlike `copy_`, moves no version counter: moved by hand,
+/// so an autograd graph that saved the tensor before the load refuses to run backward, as after
+/// `load_state_dict`.
+void bump_version(const at::Tensor& tensor) { tensor.unsafeGetTensorImpl()->bump_version(); }
+
 /// load_model's copy: the file's bytes read (pread) straight into a CPU tensor's memory, or
 /// through a pinned buffer of kChunk into a CUDA tensor's; conversions of dtype or layout go
 /// through the mapping, kChunk at a time, its pages dropped after each.
@@ -97,6 +102,7 @@ class FileCopy final : public DirectCopy {
     const char* what = from.record->name.c_str();
     if (source.scalar_type() == target.scalar_type() && target.is_cpu()) {
       read_exactly(file->file(), from.offset, target.data_ptr(), source.nbytes(), what);
+      bump_version(target);
       return;
     }
     if (source.scalar_type() == target.scalar_type() && target.is_cuda()) {
@@ -118,6 +124,7 @@ class FileCopy final : public DirectCopy {
             .copy_(staging_.narrow(0, 0, static_cast<std::int64_t>(n)), /*non_blocking=*/false);
         done += n;
       }
+      bump_version(target);
       return;
     }
     // A conversion: copy_ does it, from the mapping, a chunk at a time.
