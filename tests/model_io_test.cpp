@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <torch/csrc/jit/api/module.h>
+#include <torch/cuda.h>
 #include <torch/nn/modules/linear.h>
 #include <unistd.h>
 
@@ -326,7 +327,27 @@ TEST_F(ModelIo, AShardThatFailsChangesNoShard) {
   expect_same(before, modhooks::state_dict(net));
 }
 
-/// A kB figure of /proc/self/status.
+TEST_F(ModelIo, CudaTargetsGoThroughThePinnedBufferInChunks) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  // 40 MiB: three chunks of the 16 MiB staging buffer, the last one partial.
+  StateDict sd;
+  sd.insert_or_assign("w", at::arange(10 << 20, at::kFloat));
+  sd.insert_or_assign("half", at::arange(1000, at::kFloat).to(at::kHalf));
+  for (const char* name : {"cuda.safetensors", "cuda.pt"}) {
+    modhooks::save(sd, path(name));
+    auto module = std::make_shared<torch::nn::Module>();
+    module->register_parameter("w", at::zeros({10 << 20}));
+    module->register_parameter("half", at::zeros({1000}));  // float32: converted on the way
+    module->to(at::kCUDA);
+    modhooks::load_model(module, path(name));
+    EXPECT_TRUE(at::equal(module->named_parameters()["w"].cpu(), sd.find("w")->second)) << name;
+    EXPECT_TRUE(
+        at::equal(module->named_parameters()["half"].cpu(), sd.find("half")->second.to(at::kFloat)))
+        << name;
+  }
+}
+
+/// A kB figure of /proc/self/status./// A kB figure of /proc/self/status.
 std::int64_t status_kb(const char* field) {
   std::ifstream in("/proc/self/status");
   std::string line;
