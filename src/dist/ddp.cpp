@@ -98,7 +98,9 @@ struct DDPState {
   bool require_forward_param_sync = true;
   bool static_graph = false;
   bool delay_all_reduce_enqueued = false;
+  /// A comm hook is in place: the user's, or modhooks' default one (`default_hook`).
   bool hook_registered = false;
+  bool default_hook = false;
 
   std::vector<at::Tensor> buffers() const {
     std::vector<at::Tensor> out;
@@ -193,6 +195,72 @@ class Bf16CompressHook : public c10d::CommHookInterface {
         c10::TensorType::get());
   }
   at::Tensor parseHookResult(const c10::IValue& result) override { return result.toTensor(); }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+};
+
+/// Why a bucket's reduction failed, as a modhooks::Error. The Reducer waits on the bucket's
+/// future at the end of backward and the autograd engine rethrows what it holds unchanged, so
+/// this is what `loss.backward()` raises.
+std::exception_ptr backward_error(const std::string& cause) {
+  return std::make_exception_ptr(
+      Error("[modhooks.dist.backward] a gradient bucket's reduction failed during backward: " +
+            first_line(cause) +
+            " (another rank has probably died or stopped: see its log; a rank that merely waits "
+            "fails after InitOptions().timeout)"));
+}
+
+/// A comm hook whose future fails with modhooks::Error where the hook's own fails with what the
+/// backend raised (gloo::IoException, c10::DistBackendError).
+class TranslatingCommHook : public c10d::CommHookInterface {
+ public:
+  explicit TranslatingCommHook(std::unique_ptr<c10d::CommHookInterface> inner)
+      : inner_(std::move(inner)) {}
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    try {
+      future = inner_->runHook(bucket);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      std::rethrow_exception(backward_error(e.what()));
+    }
+    auto translated = c10::make_intrusive<c10::ivalue::Future>(future->elementType());
+    future->addCallback([translated](c10::ivalue::Future& done) {
+      if (done.hasError()) {
+        translated->setError(backward_error(done.tryRetrieveErrorMessage()));
+      } else {
+        translated->markCompleted(done.value());
+      }
+    });
+    return translated;
+  }
+  at::Tensor parseHookResult(const c10::IValue& result) override {
+    return inner_->parseHookResult(result);
+  }
+
+ private:
+  std::unique_ptr<c10d::CommHookInterface> inner_;
+};
+
+/// The Reducer's own reduction when no hook is registered, as a hook, so that its failures can
+/// be translated: the bucket multiplied by 1 / world size (the Reducer multiplies each gradient
+/// by that as it copies it into the bucket: the same products, so results stay bitwise equal)
+/// and all-reduced by sum. Not used with gradient_as_bucket_view (see pre_forward).
+class MeanAllReduceHook : public c10d::CommHookInterface {
+ public:
+  explicit MeanAllReduceHook(c10::intrusive_ptr<c10d::ProcessGroup> group)
+      : group_(std::move(group)) {}
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    at::Tensor buffer = bucket.getBufferRef();
+    buffer.mul_(1.0 / group_->getSize());
+    std::vector<at::Tensor> tensors{buffer};
+    return group_->allreduce(tensors)->getFuture();
+  }
+  at::Tensor parseHookResult(const c10::IValue& result) override {
+    return result.isTensor() ? result.toTensor() : result.toTensorVector().at(0);
+  }
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
@@ -338,6 +406,18 @@ DistributedDataParallelBase::~DistributedDataParallelBase() = default;
 
 void DistributedDataParallelBase::pre_forward() {
   auto& s = *state_;
+  if (!s.hook_registered && !s.options.gradient_as_bucket_view()) {
+    // Registered at the first forward, not at construction: the Reducer takes one hook only,
+    // and a user's register_comm_hook may come until then. Not with gradient_as_bucket_view:
+    // there the Reducer divides a gradient that already is its bucket view and multiplies by
+    // the inverse one it copies, which no hook over the whole bucket can repeat bit for bit.
+    detail::reducer_call("comm_hook", [&] {
+      s.reducer->register_comm_hook(std::make_unique<detail::TranslatingCommHook>(
+          std::make_unique<detail::MeanAllReduceHook>(s.group)));
+    });
+    s.hook_registered = true;
+    s.default_hook = true;
+  }
   const bool grad = at::GradMode::is_enabled();
   if (grad && s.require_backward_grad_sync) {
     detail::reducer_call("forward", [&] { s.reducer->prepare_for_forward(); });
@@ -389,20 +469,40 @@ DistributedDataParallelBase::NoSyncGuard::~NoSyncGuard() {
 
 void DistributedDataParallelBase::register_comm_hook(const CommHook& hook) {
   auto& s = *state_;
-  if (hook.is_builtin()) {
-    auto type = hook.builtin_type() == CommHook::Builtin::kFp16Compress
-                    ? c10d::BuiltinCommHookType::FP16_COMPRESS
-                    : c10d::BuiltinCommHookType::ALLREDUCE;
-    detail::reducer_call("comm_hook", [&] { s.reducer->register_builtin_comm_hook(type); });
-  } else {
+  if (!hook.is_builtin()) {
     register_comm_hook(hook.make(s.group));
+    return;
   }
+  check_hook_registration();
+  auto type = hook.builtin_type() == CommHook::Builtin::kFp16Compress
+                  ? c10d::BuiltinCommHookType::FP16_COMPRESS
+                  : c10d::BuiltinCommHookType::ALLREDUCE;
+  detail::reducer_call("comm_hook", [&] { s.reducer->register_builtin_comm_hook(type); });
+  s.hook_registered = true;
 }
 
 void DistributedDataParallelBase::register_comm_hook(
     std::unique_ptr<c10d::CommHookInterface> hook) {
   auto& s = *state_;
-  detail::reducer_call("comm_hook", [&] { s.reducer->register_comm_hook(std::move(hook)); });
+  check_hook_registration();
+  detail::reducer_call("comm_hook", [&] {
+    s.reducer->register_comm_hook(std::make_unique<detail::TranslatingCommHook>(std::move(hook)));
+  });
+  s.hook_registered = true;
+}
+
+void DistributedDataParallelBase::check_hook_registration() const {
+  const auto& s = *state_;
+  if (s.default_hook) {
+    modhooks::detail::fail(
+        "[modhooks.dist.comm_hook] register_comm_hook must come before the first forward of "
+        "the DistributedDataParallel object (its default reduction is in place from then on)");
+  }
+  if (s.hook_registered) {
+    modhooks::detail::fail(
+        "[modhooks.dist.comm_hook] register_comm_hook may be called once per "
+        "DistributedDataParallel object");
+  }
 }
 
 void DistributedDataParallelBase::zero_grad(bool set_to_none) {

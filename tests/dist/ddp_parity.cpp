@@ -8,11 +8,14 @@
 // <dir>/<mode>/data.pt from <dir>/<mode>/init.pt and has rank 0 save `state_dict(ddp)` to
 // <dir>/<mode>/cpp.pt. One launch runs every mode: starting torchrun and libtorch costs far more
 // than 24 steps of this model. Each mode prints "mode <m>: done" or "mode <m>: FAILED ..." so a
-// failure names its mode. Error modes check that every rank raises modhooks::Error.
+// failure names its mode. Error modes check that every rank (every surviving rank, when one
+// dies) raises modhooks::Error.
 #include <modhooks/dist.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -129,6 +132,11 @@ void train(const std::string& mode, const std::string& dir) {
       ddp.zero_grad();
     }
   }
+  if (mode == "default") {
+    // modhooks' default reduction took the Reducer's one hook at the first forward.
+    expect_error("[modhooks.dist.comm_hook]",
+                 [&] { ddp.register_comm_hook(dist::comm_hooks::allreduce()); });
+  }
   const int expected_calls = mode == "no_sync" ? 2 * steps : steps;
   if (fc2_calls != expected_calls) {
     throw Failure("fc2's forward hook fired " + std::to_string(fc2_calls) + " times, expected " +
@@ -152,10 +160,31 @@ void run(const std::string& mode, const std::string& dir) {
     expect_error("[modhooks.dist.unused_parameters]", [&] {
       for (int step = 0; step < 2; ++step) ddp(torch::ones({2, 16})).sum().backward();
     });
+  } else if (mode == "error_peer_died") {
+    // The last rank dies in the middle of a step's backward (fc3's full backward hook runs
+    // before fc1's gradients exist); the others' backward must raise modhooks::Error, within the
+    // group's timeout at worst, rather than hang or let the backend's exception through.
+    const int last = dist::get_world_size() - 1;
+    Net net(false, false);
+    int step = 0;
+    auto handle =
+        modhooks::register_full_backward_hook(net->fc3, [&](auto&, const auto&, const auto&) {
+          if (dist::get_rank() == last && step == 2) {
+            std::cout << "rank " << last << " exits during backward" << std::endl;
+            std::_Exit(0);  // no destructors, no goodbye: its sockets just close
+          }
+        });
+    dist::DistributedDataParallel ddp(net);
+    expect_error("[modhooks.dist.backward]", [&] {
+      for (step = 0; step < 4; ++step) ddp(torch::ones({2, 16})).sum().backward();
+    });
   } else {
     train(mode, dir + "/" + mode);
   }
 }
+
+/// Whether the process group still works after `mode`.
+bool group_survives(const std::string& mode) { return mode != "error_peer_died"; }
 
 }  // namespace
 
@@ -165,7 +194,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
-  dist::init_process_group(dist::InitOptions().backend("gloo"));
+  // A rank left waiting for a dead one fails after this rather than Gloo's 30 minutes.
+  dist::init_process_group(
+      dist::InitOptions().backend("gloo").timeout(std::chrono::milliseconds(60000)));
   for (int i = 2; i < argc; ++i) {
     const std::string mode = argv[i];
     try {
@@ -176,6 +207,7 @@ int main(int argc, char** argv) {
                 << std::endl;
       std::exit(1);
     }
+    if (!group_survives(mode)) return 0;
     // Rank 0's file is written before any rank starts the next mode or ends.
     dist::barrier();
     if (dist::get_rank() == 0) std::cout << "mode " << mode << ": done" << std::endl;

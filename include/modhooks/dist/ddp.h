@@ -172,7 +172,11 @@ class DistributedDataParallelBase : public torch::nn::Module {
   /// \endcode
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
-  /// Python's `register_comm_hook`: once, before the first backward.
+  /// Python's `register_comm_hook`: once, before the first forward (unless
+  /// `gradient_as_bucket_view`, modhooks puts the Reducer's own reduction in place as a hook then
+  /// when none was registered). The futures of every hook but the built-in `allreduce()` and
+  /// `fp16_compress()` are watched: when a bucket's reduction fails (a rank died), `backward()`
+  /// raises `modhooks::Error` "[modhooks.dist.backward] ...", not what the backend raised.
   ///
   /// **Example**:
   /// \code
@@ -240,6 +244,9 @@ class DistributedDataParallelBase : public torch::nn::Module {
   bool post_forward(std::vector<at::Tensor>& outputs);
 
  private:
+  /// Raises when a hook (the user's or the default one) is already in place.
+  void check_hook_registration() const;
+
   std::shared_ptr<detail::DDPState> state_;
 };
 
