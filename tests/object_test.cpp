@@ -158,6 +158,70 @@ TEST(LoadObject, EveryTruncationFailsCleanly) {
   }
 }
 
+/// Deep equality of loaded objects; tensors by dtype, shape and values.
+bool same_object(const IValue& a, const IValue& b) {
+  if (a.tagKind() != b.tagKind()) return false;
+  if (a.isTensor()) {
+    const at::Tensor& x = a.toTensor();
+    const at::Tensor& y = b.toTensor();
+    return x.scalar_type() == y.scalar_type() && x.sizes() == y.sizes() &&
+           x.strides() == y.strides() && at::equal(x, y);
+  }
+  if (a.isGenericDict()) {
+    const auto x = a.toGenericDict();
+    const auto y = b.toGenericDict();
+    if (x.size() != y.size()) return false;
+    auto i = x.begin();
+    auto j = y.begin();
+    for (; i != x.end(); ++i, ++j) {
+      if (!same_object(i->key(), j->key()) || !same_object(i->value(), j->value())) return false;
+    }
+    return true;
+  }
+  if (a.isList() || a.isTuple()) {
+    const auto x = a.isList() ? a.toListRef() : c10::ArrayRef<IValue>(a.toTupleRef().elements());
+    const auto y = b.isList() ? b.toListRef() : c10::ArrayRef<IValue>(b.toTupleRef().elements());
+    if (x.size() != y.size()) return false;
+    for (std::size_t k = 0; k < x.size(); ++k) {
+      if (!same_object(x[k], y[k])) return false;
+    }
+    return true;
+  }
+  return a == b;
+}
+
+TEST(LoadObject, ReadsTheLegacyFormat) {
+  // The same checkpoint written by _use_new_zipfile_serialization=False.
+  const IValue legacy = modhooks::load_object(fixture("legacy_checkpoint.pt"));
+  EXPECT_TRUE(same_object(legacy, modhooks::load_object(fixture("checkpoint.pt"))));
+  const auto views = at(legacy.toGenericDict(), "views").toTensorVector();
+  EXPECT_TRUE(views[0].storage().is_alias_of(views[1].storage()));
+
+  // load reads a legacy state dict, with its _metadata.
+  const StateDict sd = modhooks::load(fixture("legacy_state_dict.pt"));
+  const StateDict zip = StateDict::from(at(checkpoint(), "model"));
+  ASSERT_EQ(sd.keys(), zip.keys());
+  for (const auto& [key, tensor] : zip) EXPECT_TRUE(at::equal(sd.at(key), tensor)) << key;
+  EXPECT_EQ(sd.metadata().at("1").at("version"), 2);
+
+  // A big-endian writer's bytes come back swapped.
+  const StateDict big = modhooks::load(fixture("legacy_big_endian.pt"));
+  EXPECT_TRUE(at::equal(big.at("w"), at::arange(6, at::kFloat)));
+  EXPECT_TRUE(at::equal(big.at("i"), at::arange(1, 3, at::kLong)));
+}
+
+TEST(LoadObject, EveryTruncationOfALegacyFileFailsCleanly) {
+  std::ifstream in(fixture("legacy_checkpoint.pt"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 1000u);
+  EXPECT_NO_THROW(modhooks::detail::load_object_from_bytes(bytes));
+  for (std::size_t n = 16; n < bytes.size(); n += 5) {
+    EXPECT_THROW(modhooks::detail::load_object_from_bytes(std::string_view(bytes).substr(0, n)),
+                 modhooks::Error)
+        << n;
+  }
+}
+
 TEST(StateDictFrom, TakesMappingsOfNamesToTensorsOnly) {
   c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
   dict.insert("b", at::ones({2}));

@@ -377,11 +377,137 @@ std::string read_string(const ZipArchive& archive, const ZipRecord& record) {
   return std::string(static_cast<const char*>(data.get()), static_cast<std::size_t>(record.size));
 }
 
+/// The first two pickles of torch.save's legacy (pre-1.6, non-zip) format: its magic number
+/// (0x1950a86a20f9469cfc6c) and protocol version 1001.
+constexpr std::string_view kLegacyMagic("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.",
+                                        15);
+constexpr std::string_view kLegacyProtocol("\x80\x02M\xe9\x03.", 6);
+
+bool is_legacy(const caffe2::serialize::ReadAdapterInterface& in) {
+  if (in.size() < kLegacyMagic.size()) return false;
+  char head[kLegacyMagic.size()];
+  read_exactly(in, 0, head, sizeof head, "the file's first bytes");
+  return std::string_view(head, sizeof head) == kLegacyMagic;
+}
+
+/// The budget rule of a torch.save load, for its error message.
+std::string budget_rule(std::uint64_t file_size, std::uint64_t held, const char* what) {
+  return std::to_string(kBytesPerFileByte) + " times its size of " + std::to_string(file_size) +
+         " bytes, plus 1 MiB, less " + std::to_string(held) + " bytes for " + what;
+}
+
+/// What a load may hold beyond `held`: kBytesPerFileByte times the file's size plus
+/// kAllowance.
+std::uint64_t budget_for(std::uint64_t file_size, std::uint64_t held) {
+  std::uint64_t limit = 0;
+  if (mul_overflows(file_size, kBytesPerFileByte, &limit)) limit = ~std::uint64_t{0} >> 1;
+  limit += kAllowance;
+  return limit > held ? limit - held : 0;
+}
+
+/// torch.save's legacy format: pickles of the magic number, the protocol version, the writer's
+/// sys_info and the object (whose persistent ids name storages by key), a pickled list of the
+/// storage keys, then for each key in that order its element count (int64, little-endian) and
+/// bytes. As torch.load does, storages are allocated when the object's pickle names them and
+/// filled from the data after the pickles; every one must be filled exactly once, from data
+/// inside the file. The file has no checksums.
+template <class Unpickle>
+auto read_legacy(const caffe2::serialize::ReadAdapterInterface& in, Unpickle unpickle) {
+  // The whole file, once: its pickles come first and the storages' bytes after them.
+  std::string file(in.size(), '\0');
+  read_exactly(in, 0, file.data(), file.size(), "the legacy file");
+  std::string_view rest(file);
+  rest.remove_prefix(kLegacyMagic.size());
+  if (rest.substr(0, kLegacyProtocol.size()) != kLegacyProtocol) {
+    fail("legacy torch.save file whose protocol version is not 1001");
+  }
+  rest.remove_prefix(kLegacyProtocol.size());
+  const std::uint64_t held = file.size() + kUncounted;
+  const std::uint64_t budget = budget_for(in.size(), held);
+  const std::string rule = budget_rule(in.size(), held, "the file's bytes");
+  const StorageLoader no_storages = [](const std::string& key, c10::ScalarType,
+                                       std::uint64_t) -> c10::Storage {
+    fail("storage '" + key + "' is named outside the object's pickle");
+  };
+  PickleEnd end;
+  bool big_endian = false;
+  {
+    // {"protocol_version": 1001, "little_endian": bool, "type_sizes": {...}}, freed here.
+    const c10::IValue sys_info = unpickle_object(rest, no_storages, budget, rule, &end);
+    if (!sys_info.isGenericDict()) fail("the legacy file's sys_info is not a dict");
+    const c10::impl::GenericDict info = sys_info.toGenericDict();
+    const auto little = info.find(c10::IValue(std::string("little_endian")));
+    if (little == info.end() || !little->value().isBool()) {
+      fail("the legacy file's sys_info has no little_endian flag");
+    }
+    big_endian = !little->value().toBool();
+    rest.remove_prefix(end.consumed);
+  }
+  struct Pending {
+    void* data;
+    std::uint64_t numel;
+    c10::ScalarType dtype;
+    bool filled;
+  };
+  std::unordered_map<std::string, Pending> pending;
+  auto result = unpickle(
+      rest,
+      [&](const std::string& key, c10::ScalarType dtype, std::uint64_t numel) {
+        // The unpickler has checked numel * element size against overflow and its budget; the
+        // bytes must also lie in the file, after the pickles.
+        const std::uint64_t nbytes = numel * c10::elementSize(dtype);
+        if (nbytes > file.size()) {
+          fail("storage '" + key + "' of " + std::to_string(nbytes) +
+               " bytes is larger than the file");
+        }
+        at::DataPtr data = c10::GetCPUAllocator()->allocate(static_cast<std::size_t>(nbytes));
+        pending.emplace(key, Pending{data.get(), numel, dtype, false});
+        return c10::Storage(c10::Storage::use_byte_size_t(), static_cast<std::int64_t>(nbytes),
+                            std::move(data), c10::GetCPUAllocator(), /*resizable=*/false);
+      },
+      budget, rule, &end);
+  rest.remove_prefix(end.consumed);
+  const c10::IValue keys = unpickle_object(rest, no_storages, end.budget_left, rule, &end);
+  rest.remove_prefix(end.consumed);
+  if (!keys.isList()) fail("the legacy file's list of storage keys is a " + keys.tagKind());
+  for (const c10::IValue& key_value : keys.toListRef()) {
+    if (!key_value.isString()) fail("a storage key is a " + key_value.tagKind() + ", not a str");
+    const std::string& key = key_value.toStringRef();
+    auto found = pending.find(key);
+    if (found == pending.end())
+      fail("the file holds data for storage '" + key + "', which its object does not use");
+    Pending& storage = found->second;
+    if (storage.filled) fail("the file holds data for storage '" + key + "' twice");
+    if (rest.size() < 8) fail("truncated: storage '" + key + "' lacks its element count");
+    const std::uint64_t numel = load_le(reinterpret_cast<const unsigned char*>(rest.data()), 8);
+    rest.remove_prefix(8);
+    if (numel != storage.numel) {
+      fail("storage '" + key + "' holds " + std::to_string(numel) + " elements in the file but " +
+           std::to_string(storage.numel) + " in its persistent id");
+    }
+    const std::uint64_t nbytes = numel * c10::elementSize(storage.dtype);
+    if (rest.size() < nbytes) {
+      fail("truncated: storage '" + key + "' needs " + std::to_string(nbytes) + " bytes, " +
+           std::to_string(rest.size()) + " remain");
+    }
+    if (nbytes != 0) std::memcpy(storage.data, rest.data(), static_cast<std::size_t>(nbytes));
+    if (big_endian) swap_bytes(storage.data, nbytes, storage.dtype);
+    rest.remove_prefix(static_cast<std::size_t>(nbytes));
+    storage.filled = true;
+  }
+  for (const auto& [key, storage] : pending) {
+    if (!storage.filled) fail("storage '" + key + "' has no data in the file");
+  }
+  return result;
+}
+
 /// Checks the archive, works out the budget and runs `unpickle` (unpickle_state_dict or
-/// unpickle_object) on its data.pkl with the archive's records as storages.
+/// unpickle_object) on its data.pkl with the archive's records as storages. A file in the
+/// legacy format goes to read_legacy.
 template <class Unpickle>
 auto read_archive(const caffe2::serialize::ReadAdapterInterface& in, const LoadOptions& options,
                   const std::shared_ptr<const MappedFile>& mapped, Unpickle unpickle) {
+  if (is_legacy(in)) return read_legacy(in, unpickle);
   const ZipArchive archive(in, options.verify_crc32);
   bool big_endian = false;
   if (const ZipRecord* byteorder = archive.find("byteorder")) {
@@ -395,23 +521,15 @@ auto read_archive(const caffe2::serialize::ReadAdapterInterface& in, const LoadO
   const std::string_view bytes(static_cast<const char*>(pickle_data.get()),
                                static_cast<std::size_t>(pickle->size));
   // The pickle's bytes, read above, and the archive's index count against the budget too.
-  std::uint64_t limit = 0;
-  if (mul_overflows(in.size(), kBytesPerFileByte, &limit)) limit = ~std::uint64_t{0} >> 1;
-  limit += kAllowance;
   const std::uint64_t held = pickle->size + archive.index_bytes() + kUncounted;
-  const std::uint64_t budget = limit > held ? limit - held : 0;
-  std::string rule = std::to_string(kBytesPerFileByte);
-  rule.append(" times its size of ")
-      .append(std::to_string(in.size()))
-      .append(" bytes, plus 1 MiB, less ")
-      .append(std::to_string(held))
-      .append(" bytes for its pickle and zip index");
+  const std::uint64_t budget = budget_for(in.size(), held);
+  const std::string rule = budget_rule(in.size(), held, "its pickle and zip index");
   return unpickle(
       bytes,
       [&](const std::string& key, c10::ScalarType dtype, std::uint64_t numel) {
         return load_record(archive, key, dtype, numel, big_endian, mapped);
       },
-      budget, rule);
+      budget, rule, nullptr);
 }
 
 /// Writes the archive: data.pkl, byteorder, then record data/<i> for tensors[i]. Pickling has

@@ -286,6 +286,8 @@ class Unpickler {
   StateDict state_dict() { return to_state_dict(run()); }
   /// The object the pickle describes, as an IValue.
   c10::IValue object();
+  /// After state_dict() or object(): where the pickle's STOP ended and the budget left.
+  PickleEnd end() const { return PickleEnd{pos_, budget_}; }
 
  private:
   /// Runs the pickle to its STOP and returns its object; the stack and memo are freed by then,
@@ -627,10 +629,14 @@ Value Unpickler::resolve_global(std::string_view module, std::string_view name) 
 }
 
 Value Unpickler::persistent_load(const Value& pid) {
-  if (pid.kind != Kind::kTuple || pid.items->items.size() != 5) {
+  // The legacy format adds view_metadata, None since storages have no views.
+  if (pid.kind != Kind::kTuple || (pid.items->items.size() != 5 && pid.items->items.size() != 6)) {
     error("persistent id is not a ('storage', type, key, location, numel) tuple");
   }
   const auto& f = pid.items->items;
+  if (f.size() == 6 && f[5].kind != Kind::kNone) {
+    error("persistent id names a view of a storage (view_metadata), which is not supported");
+  }
   if (f[0].kind != Kind::kStr || f[0].str() != "storage") {
     error("persistent id does not start with 'storage'");
   }
@@ -1304,13 +1310,20 @@ Value Unpickler::run() {
 }  // namespace
 
 StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage,
-                              std::uint64_t budget, const std::string& budget_rule) {
-  return Unpickler(pickle, load_storage, budget, budget_rule).state_dict();
+                              std::uint64_t budget, const std::string& budget_rule,
+                              PickleEnd* end) {
+  Unpickler unpickler(pickle, load_storage, budget, budget_rule);
+  StateDict out = unpickler.state_dict();
+  if (end != nullptr) *end = unpickler.end();
+  return out;
 }
 
 c10::IValue unpickle_object(std::string_view pickle, const StorageLoader& load_storage,
-                            std::uint64_t budget, const std::string& budget_rule) {
-  return Unpickler(pickle, load_storage, budget, budget_rule).object();
+                            std::uint64_t budget, const std::string& budget_rule, PickleEnd* end) {
+  Unpickler unpickler(pickle, load_storage, budget, budget_rule);
+  c10::IValue out = unpickler.object();
+  if (end != nullptr) *end = unpickler.end();
+  return out;
 }
 
 }  // namespace detail

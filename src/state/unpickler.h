@@ -37,8 +37,16 @@ using StorageLoader =
 /// returned state dict's entries. So the unpickling never holds more than `budget` bytes; a
 /// pickle that asks for more fails with an error that quotes `budget_rule`, which says how the
 /// caller set the budget.
+/// Where a pickle ended, for files of several pickles in a row (the legacy format): the bytes up
+/// to and including its STOP, and what is left of the budget with the result still held.
+struct PickleEnd {
+  std::size_t consumed = 0;
+  std::uint64_t budget_left = 0;
+};
+
 StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage,
-                              std::uint64_t budget, const std::string& budget_rule);
+                              std::uint64_t budget, const std::string& budget_rule,
+                              PickleEnd* end = nullptr);
 
 /// The same machine, returning the pickle's object as an IValue (load_object): dicts and
 /// OrderedDicts as GenericDicts in insertion order (an OrderedDict's `_metadata` is dropped),
@@ -47,7 +55,8 @@ StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load
 /// charged against the same budget: containers, strings and dict entries at upper bounds of
 /// what libtorch allocates for them; a container the object refers to twice stays one object.
 c10::IValue unpickle_object(std::string_view pickle, const StorageLoader& load_storage,
-                            std::uint64_t budget, const std::string& budget_rule);
+                            std::uint64_t budget, const std::string& budget_rule,
+                            PickleEnd* end = nullptr);
 
 }  // namespace detail
 }  // namespace modhooks

@@ -259,7 +259,7 @@ def main(out_dir: pathlib.Path):
         "module_object.pt": "torch.nn.modules.linear.Linear",
         "exploit.pt": "posix.system",
         "nested.pt": "'model' is a dict, not a tensor",
-        "list.pt": "pickle opcode 0x5d",
+        "list.pt": "data.pkl holds a list, not a state dict",
         "compressed.pt": "is compressed (method 8)",
     }
 

@@ -42,8 +42,8 @@ struct LoadOptions {
 /// are accepted (allow-listed pickle globals); anything else, and any corrupt or truncated file,
 /// raises modhooks::Error naming the path and what was wrong. It is not `torch.load`: a file
 /// whose object is not a dict of names to dense tensors (a checkpoint that also holds an
-/// optimizer, a `_extra_state` entry), the legacy non-zip format and compressed archives are
-/// refused.
+/// optimizer, a `_extra_state` entry: `load_object` reads those) and compressed archives are
+/// refused. The legacy non-zip format (`_use_new_zipfile_serialization=False`) is read too.
 ///
 /// An index of shards ("model.safetensors.index.json", "pytorch_model.bin.index.json", as
 /// Hugging Face's `save_pretrained` writes them) loads every shard it names, in its folder, into

@@ -29,7 +29,7 @@ namespace modhooks {
 /// - tensors on the CPU whatever device they were saved from, views sharing their storage, as
 ///   `load` gives them; parameters as tensors with their `requires_grad`.
 /// Sets, bytes, tensor subclasses and the other globals of Python's allow-list are refused,
-/// and so are compressed archives and the legacy non-zip format. ".safetensors" paths give a
+/// and so are compressed archives; the legacy non-zip format is read. ".safetensors" paths give a
 /// dict of names to tensors. The file's checks and its memory bound are `load`'s: corrupt,
 /// truncated or hostile files raise modhooks::Error naming the path and what was wrong.
 c10::IValue load_object(const std::string& path, const LoadOptions& options = {});
