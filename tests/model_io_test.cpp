@@ -262,6 +262,19 @@ TEST_F(ModelIo, ConvertsDtypesAsCopyDoes) {
   }
 }
 
+TEST_F(ModelIo, NonContiguousParametersAreWrittenAsCopyDoes) {
+  StateDict sd;
+  sd.insert_or_assign("t", at::arange(12, at::kFloat).reshape({3, 4}));
+  for (const char* name : {"t.safetensors", "t.pt"}) {
+    modhooks::save(sd, path(name));
+    auto module = std::make_shared<torch::nn::Module>();
+    const at::Tensor t = module->register_parameter("t", at::zeros({4, 3}).t());
+    ASSERT_FALSE(t.is_contiguous());
+    modhooks::load_model(module, path(name));
+    EXPECT_TRUE(at::equal(t, sd.find("t")->second)) << name;
+  }
+}
+
 TEST_F(ModelIo, ShardedCheckpointsAreWhatPythonLoaders) {
   Net net;
   {
