@@ -963,6 +963,32 @@ constexpr std::uint64_t kIValueObjectBytes = 128;
 /// slot array of at most four slots per entry when reserved for its size.
 constexpr std::uint64_t kIValueDictEntryBytes = 4 * 64;
 
+/// The IValue type of items[first], items[first + step], ... when they are all ints, floats,
+/// bools, strings or all tensors; AnyType when they differ or are of other kinds; `empty` for
+/// no items.
+c10::TypePtr uniform_type(const std::vector<Value>& items, std::size_t first, std::size_t step,
+                          c10::TypePtr empty) {
+  if (first >= items.size()) return empty;
+  const Kind kind = items[first].kind;
+  for (std::size_t i = first; i < items.size(); i += step) {
+    if (items[i].kind != kind) return c10::AnyType::get();
+  }
+  switch (kind) {
+    case Kind::kInt:
+      return c10::IntType::get();
+    case Kind::kFloat:
+      return c10::FloatType::get();
+    case Kind::kBool:
+      return c10::BoolType::get();
+    case Kind::kStr:
+      return c10::StringType::get();
+    case Kind::kTensor:
+      return c10::TensorType::get();
+    default:
+      return c10::AnyType::get();
+  }
+}
+
 c10::IValue Unpickler::object() {
   Value result = run();
   return to_ivalue(result);
@@ -1040,33 +1066,13 @@ c10::IValue Unpickler::container_to_ivalue(const Value& v) {
   if (v.kind == Kind::kDict) {
     // Key and value types from the entries, so that typed views (toTypedDict<std::string,
     // at::Tensor>) of a state dict work; mixed entries give AnyType.
-    c10::TypePtr key_type = c10::StringType::get();
-    bool all_tensors = !items.empty();
-    for (std::size_t i = 0; i < items.size(); i += 2) {
-      if (items[i].kind != items[0].kind) key_type = c10::AnyType::get();
-      if (items[i + 1].kind != Kind::kTensor) all_tensors = false;
-    }
-    if (!items.empty() && key_type != c10::AnyType::get()) {
-      switch (items[0].kind) {
-        case Kind::kInt:
-          key_type = c10::IntType::get();
-          break;
-        case Kind::kFloat:
-          key_type = c10::FloatType::get();
-          break;
-        case Kind::kBool:
-          key_type = c10::BoolType::get();
-          break;
-        default:
-          break;
-      }
-    }
+    const c10::TypePtr key_type = uniform_type(items, 0, 2, c10::StringType::get());
+    const c10::TypePtr value_type = uniform_type(items, 1, 2, c10::AnyType::get());
     charge(kIValueObjectBytes);
     std::uint64_t entries = 0;
     if (mul_overflows(items.size() / 2, kIValueDictEntryBytes, &entries)) charge(~0ULL);
     charge(entries);
-    c10::impl::GenericDict dict(key_type, all_tensors ? c10::TypePtr(c10::TensorType::get())
-                                                      : c10::TypePtr(c10::AnyType::get()));
+    c10::impl::GenericDict dict(key_type, value_type);
     dict.reserve(items.size() / 2);
     for (std::size_t i = 0; i < items.size(); i += 2) {
       dict.insert_or_assign(to_ivalue(items[i]), to_ivalue(items[i + 1]));
@@ -1083,33 +1089,7 @@ c10::IValue Unpickler::container_to_ivalue(const Value& v) {
     return c10::IValue(c10::ivalue::Tuple::create(std::move(converted)));
   }
   // A list of one kind of item gets that element type, so toIntList() and its siblings work.
-  c10::TypePtr element_type = c10::AnyType::get();
-  if (!items.empty()) {
-    const Kind kind = items[0].kind;
-    bool uniform = true;
-    for (const Value& item : items) uniform = uniform && item.kind == kind;
-    if (uniform) {
-      switch (kind) {
-        case Kind::kInt:
-          element_type = c10::IntType::get();
-          break;
-        case Kind::kFloat:
-          element_type = c10::FloatType::get();
-          break;
-        case Kind::kBool:
-          element_type = c10::BoolType::get();
-          break;
-        case Kind::kStr:
-          element_type = c10::StringType::get();
-          break;
-        case Kind::kTensor:
-          element_type = c10::TensorType::get();
-          break;
-        default:
-          break;
-      }
-    }
-  }
+  const c10::TypePtr element_type = uniform_type(items, 0, 1, c10::AnyType::get());
   c10::impl::GenericList list(element_type);
   list.reserve(items.size());
   for (const Value& item : items) list.push_back(to_ivalue(item));

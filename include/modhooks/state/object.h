@@ -20,8 +20,8 @@ namespace modhooks {
 ///
 /// Python's objects become these IValues:
 /// - dict, OrderedDict and Counter: c10::GenericDict in insertion order (keys str, int, float or
-///   bool; typed `Dict<str, Tensor>` when every key is a str and every value a tensor). An
-///   OrderedDict's `_metadata` is dropped.
+///   bool; its key and value types are typed, such as `Dict<str, Tensor>`, when all keys or all
+///   values are ints, floats, bools, strs or tensors). An OrderedDict's `_metadata` is dropped.
 /// - list: c10::GenericList (typed when every item is an int, float, bool, str or tensor);
 ///   tuple and torch.Size: tuple.
 /// - None, bool, int (64-bit), float, complex, str; torch.device: c10::Device; a dtype: the int
