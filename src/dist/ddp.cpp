@@ -177,13 +177,14 @@ class FunctionCommHook : public c10d::CommHookInterface {
   CommHook::Function f_;
 };
 
-/// Python's bf16_compress_hook, op for op.
-class Bf16CompressHook : public c10d::CommHookInterface {
+/// Python's fp16_compress_hook and bf16_compress_hook, op for op: the bucket cast to `dtype`,
+/// divided by the world size, all-reduced by sum and copied back.
+class CompressHook : public c10d::CommHookInterface {
  public:
-  explicit Bf16CompressHook(c10::intrusive_ptr<c10d::ProcessGroup> group)
-      : group_(std::move(group)) {}
+  CompressHook(c10::intrusive_ptr<c10d::ProcessGroup> group, at::ScalarType dtype)
+      : group_(std::move(group)), dtype_(dtype) {}
   c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
-    at::Tensor compressed = bucket.getBufferRef().to(at::kBFloat16).div_(group_->getSize());
+    at::Tensor compressed = bucket.getBufferRef().to(dtype_).div_(group_->getSize());
     std::vector<at::Tensor> tensors{compressed};
     auto future = group_->allreduce(tensors)->getFuture();
     at::Tensor decompressed = bucket.getBufferRef();
@@ -195,6 +196,23 @@ class Bf16CompressHook : public c10d::CommHookInterface {
         c10::TensorType::get());
   }
   at::Tensor parseHookResult(const c10::IValue& result) override { return result.toTensor(); }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  at::ScalarType dtype_;
+};
+
+/// Python's allreduce_hook, op for op: the bucket divided by the world size, all-reduced by sum.
+class AllReduceHook : public c10d::CommHookInterface {
+ public:
+  explicit AllReduceHook(c10::intrusive_ptr<c10d::ProcessGroup> group) : group_(std::move(group)) {}
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    std::vector<at::Tensor> tensors{bucket.getBufferRef().div_(group_->getSize())};
+    return group_->allreduce(tensors)->getFuture();
+  }
+  at::Tensor parseHookResult(const c10::IValue& result) override {
+    return result.isTensor() ? result.toTensor() : result.toTensorVector().at(0);
+  }
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
@@ -290,11 +308,21 @@ CommHook CommHook::from_factory(Factory factory) {
 }
 
 namespace comm_hooks {
-CommHook allreduce() { return CommHook::builtin(CommHook::Builtin::kAllReduce); }
-CommHook fp16_compress() { return CommHook::builtin(CommHook::Builtin::kFp16Compress); }
+// C++ hooks rather than c10d's built-in ones, which the Reducer runs itself: the futures of
+// these are watched, so a failed reduction raises modhooks::Error (register_comm_hook).
+CommHook allreduce() {
+  return CommHook::from_factory([](const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+    return std::make_unique<detail::AllReduceHook>(group);
+  });
+}
+CommHook fp16_compress() {
+  return CommHook::from_factory([](const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+    return std::make_unique<detail::CompressHook>(group, at::kHalf);
+  });
+}
 CommHook bf16_compress() {
   return CommHook::from_factory([](const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
-    return std::make_unique<detail::Bf16CompressHook>(group);
+    return std::make_unique<detail::CompressHook>(group, at::kBFloat16);
   });
 }
 }  // namespace comm_hooks

@@ -89,8 +89,9 @@ class CommHook {
 /// Python's `torch.distributed.algorithms.ddp_comm_hooks.default_hooks`.
 namespace comm_hooks {
 
-/// `allreduce_hook`: divides each bucket by the world size and all-reduces it (c10d's built-in
-/// ALLREDUCE hook; the result equals DDP without a hook).
+/// `allreduce_hook`: divides each bucket by the world size and all-reduces it (a C++ hook of
+/// modhooks' doing what Python's does, op for op; c10d's built-in ALLREDUCE hook, which the
+/// Reducer runs itself, is `CommHook::builtin(CommHook::Builtin::kAllReduce)`).
 ///
 /// **Example**:
 /// \code
@@ -99,7 +100,8 @@ namespace comm_hooks {
 CommHook allreduce();
 
 /// `fp16_compress_hook`: casts the bucket to float16, divides it by the world size, all-reduces
-/// it and casts back (c10d's built-in FP16_COMPRESS hook).
+/// it and casts back (a C++ hook of modhooks', op for op as Python's; c10d's built-in one is
+/// `CommHook::builtin(CommHook::Builtin::kFp16Compress)`).
 ///
 /// **Example**:
 /// \code
@@ -107,9 +109,9 @@ CommHook allreduce();
 /// \endcode
 CommHook fp16_compress();
 
-/// `bf16_compress_hook`: the same in bfloat16 (a C++ hook of modhooks': c10d has no built-in
-/// one). Needs a backend that reduces bfloat16 (Gloo of libtorch 2.x and NCCL do; Gloo of 1.13
-/// does not).
+/// `bf16_compress_hook`: the same in bfloat16 (a C++ hook of modhooks' too: c10d has no
+/// built-in one). Needs a backend that reduces bfloat16 (Gloo of libtorch 2.x and NCCL do; Gloo
+/// of 1.13 does not).
 ///
 /// **Example**:
 /// \code
