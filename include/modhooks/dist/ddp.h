@@ -174,9 +174,10 @@ class DistributedDataParallelBase : public torch::nn::Module {
 
   /// Python's `register_comm_hook`: once, before the first forward (unless
   /// `gradient_as_bucket_view`, modhooks puts the Reducer's own reduction in place as a hook then
-  /// when none was registered). The futures of every hook but the built-in `allreduce()` and
-  /// `fp16_compress()` are watched: when a bucket's reduction fails (a rank died), `backward()`
-  /// raises `modhooks::Error` "[modhooks.dist.backward] ...", not what the backend raised.
+  /// when none was registered). The futures of every hook but c10d's built-ins
+  /// (`CommHook::builtin`) are watched: when a bucket's reduction fails (a rank died),
+  /// `backward()` raises `modhooks::Error` "[modhooks.dist.backward] ...", not what the backend
+  /// raised.
   ///
   /// **Example**:
   /// \code
