@@ -40,8 +40,8 @@ c10::IValue load_object(const std::string& path, const LoadOptions& options = {}
 /// tensor or container the object holds twice is one object in Python too). A ".safetensors"
 /// path takes a mapping of names to tensors (StateDict::from). Anything else (a Future, a
 /// TorchScript object, a dict key that is not a str, int, float or bool, a container that
-/// contains itself) raises modhooks::Error naming the place in the object, before the file is
-/// touched; an existing file is replaced only once everything is written.
+/// contains itself) raises modhooks::Error naming the place in the object, before a byte is
+/// written; an existing file is replaced only once everything is written.
 void save_object(const c10::IValue& object, const std::string& path);
 
 }  // namespace modhooks
