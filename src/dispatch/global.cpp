@@ -7,13 +7,16 @@
 namespace modhooks {
 namespace detail {
 
+std::atomic<std::int64_t> global_nn_hooks_active{0};
+std::atomic<std::int64_t> global_jit_hooks_active{0};
+
 namespace {
 /// Keeps `global_hooks_active<M>` equal to the number of hooks in the global tables of `M`.
 template <class M>
 class GlobalCounter final : public HookObserver {
  public:
   void hooks_changed(std::int64_t delta) noexcept override {
-    global_hooks_active<M>.fetch_add(delta, std::memory_order_relaxed);
+    global_hooks_active<M>().fetch_add(delta, std::memory_order_relaxed);
   }
 };
 }  // namespace

@@ -12,6 +12,12 @@
 
 namespace modhooks {
 namespace detail {
+template <>
+ModuleTable<JitHooks, JitOwner>& jit_table<JitHooks>() noexcept {
+  static ModuleTable<JitHooks, JitOwner> table;
+  return table;
+}
+
 std::shared_ptr<JitHooks> find_hooks(const torch::jit::Module& module) {
   return find_hooks(module._ivalue().get());
 }

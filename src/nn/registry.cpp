@@ -12,6 +12,12 @@
 
 namespace modhooks {
 namespace detail {
+template <>
+ModuleTable<NnHooks, NnOwner>& nn_table<NnHooks>() noexcept {
+  static ModuleTable<NnHooks, NnOwner> table;
+  return table;
+}
+
 std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module) {
   if (!hooked_modules.may_have_hooks(&module)) return nullptr;
   return entry_find(nn_table<NnHooks>(), module);

@@ -61,6 +61,12 @@ struct JitAdapter {
 
 }  // namespace
 
+template <>
+ModuleTable<JitStateHooks, JitOwner>& jit_table<JitStateHooks>() noexcept {
+  static ModuleTable<JitStateHooks, JitOwner> table;
+  return table;
+}
+
 std::shared_ptr<JitStateHooks> find_state_hooks(const torch::jit::Module& module) {
   return jit_entry_find(jit_table<JitStateHooks>(), module);
 }

@@ -126,6 +126,12 @@ struct NnAdapter {
 
 }  // namespace
 
+template <>
+ModuleTable<NnStateHooks, NnOwner>& nn_table<NnStateHooks>() noexcept {
+  static ModuleTable<NnStateHooks, NnOwner> table;
+  return table;
+}
+
 std::shared_ptr<NnStateHooks> find_state_hooks(const torch::nn::Module& module) {
   return entry_find(nn_table<NnStateHooks>(), module);
 }

@@ -20,7 +20,10 @@ class HookTableBase {
 
 /// One counter for every hook of the process (forward, backward, state-dict, global), like
 /// `RemovableHandle.next_id`: ids never repeat, so side tables keyed by id cannot collide.
-inline std::atomic<std::uint64_t> next_hook_id{1};
+/// Like all of modhooks' process-wide state it is defined once, inside the library
+/// (src/core/process_state.cpp), not in a header: every shared object linked against a shared
+/// libmodhooks counts with the same one.
+extern std::atomic<std::uint64_t> next_hook_id;
 
 }  // namespace detail
 

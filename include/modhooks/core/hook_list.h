@@ -18,8 +18,9 @@ namespace detail {
 
 /// Hooks that take `call` off its fast path, counted over every live table of the process.
 /// `call` reads it with one relaxed load before doing anything else; zero means "no hooks
-/// anywhere", and the module's `forward` runs as if modhooks were not there.
-inline std::atomic<std::int64_t> call_hooks_active{0};
+/// anywhere", and the module's `forward` runs as if modhooks were not there. Defined in the
+/// library (src/core/process_state.cpp).
+extern std::atomic<std::int64_t> call_hooks_active;
 
 /// Told how many hooks a list gained or lost, beside `call_hooks_active`: the filter of hooked
 /// modules is kept this way, and TorchScript models rewrite their code when their first inner
@@ -52,7 +53,9 @@ class HookedModuleFilter {
   std::atomic<std::uint32_t> slots_[std::size_t{1} << kBits] = {};
 };
 
-inline HookedModuleFilter hooked_modules;
+/// The filter of the process's hooked modules, defined in the library
+/// (src/core/process_state.cpp).
+extern HookedModuleFilter hooked_modules;
 
 /// Keeps a module's slot in `hooked_modules` counted while any of its call-hook lists is
 /// non-empty.

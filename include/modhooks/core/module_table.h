@@ -162,12 +162,5 @@ class ModuleTable {
   std::size_t size_ = 0;
 };
 
-/// The process's one table of `Hooks` entries (one per module kind and layer).
-template <class Hooks, class Owner>
-ModuleTable<Hooks, Owner>& table_of() {
-  static ModuleTable<Hooks, Owner> table;
-  return table;
-}
-
 }  // namespace detail
 }  // namespace modhooks

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 
 #include "modhooks/core/handle.h"
 #include "modhooks/dispatch/hook_types.h"
@@ -14,9 +15,18 @@ namespace modhooks {
 namespace detail {
 
 /// How many global hooks for modules of kind `M` exist: `call` reads it inline, beside the filter
-/// of hooked modules, to send a module without hooks of any kind straight to `forward`.
+/// of hooked modules, to send a module without hooks of any kind straight to `forward`. Defined
+/// in the library (src/dispatch/global.cpp).
+extern std::atomic<std::int64_t> global_nn_hooks_active;
+extern std::atomic<std::int64_t> global_jit_hooks_active;
 template <class M>
-inline std::atomic<std::int64_t> global_hooks_active{0};
+std::atomic<std::int64_t>& global_hooks_active() noexcept {
+  if constexpr (std::is_same_v<M, torch::nn::Module>) {
+    return global_nn_hooks_active;
+  } else {
+    return global_jit_hooks_active;
+  }
+}
 
 /// The tables of `register_module_*` hooks for modules of kind `M` (`torch::nn::Module` or
 /// `torch::jit::Module`), which run for every module of that kind before its own hooks.

@@ -31,11 +31,12 @@ struct JitOwner {
   c10::weak_intrusive_ptr<c10::ivalue::Object> object{c10::intrusive_ptr<c10::ivalue::Object>()};
 };
 
-/// The table of `Hooks` entries of TorchScript modules.
+/// The process's one table of `Hooks` entries of TorchScript modules, defined in the library as
+/// `nn_table`'s are (src/jit/registry.cpp, src/state/jit_module_state.cpp).
 template <class Hooks>
-ModuleTable<Hooks, JitOwner>& jit_table() {
-  return table_of<Hooks, JitOwner>();
-}
+ModuleTable<Hooks, JitOwner>& jit_table() noexcept;
+template <>
+ModuleTable<JitHooks, JitOwner>& jit_table<JitHooks>() noexcept;
 
 /// A TorchScript module's entry in `table`: keyed by the object behind the handle, alive while
 /// that object is.

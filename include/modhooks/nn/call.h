@@ -91,7 +91,7 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
   using R = decltype(module.forward(std::forward<Args>(args)...));
   torch::nn::Module& base = module;
   const NnHooks* global =
-      global_hooks_active<torch::nn::Module>.load(std::memory_order_relaxed) != 0
+      global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) != 0
           ? global_hooks<torch::nn::Module>().get()
           : nullptr;
   Dispatch<torch::nn::Module> dispatch = dispatch_for(module, global);
@@ -139,7 +139,7 @@ auto call(M&& module, Args&&... args)
   // inline and without a lock, that most modules without hooks have none.
   const torch::nn::Module* base = &impl;  // the key hooks are filed under (bases are virtual)
   if (!detail::hooked_modules.may_have_hooks(base) &&
-      detail::global_hooks_active<torch::nn::Module>.load(std::memory_order_relaxed) == 0) {
+      detail::global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0) {
     return impl.forward(std::forward<Args>(args)...);
   }
   return detail::call_with_hooks(impl, std::forward<Args>(args)...);

@@ -38,11 +38,14 @@ struct NnOwner {
   bool owned_ = false;
 };
 
-/// The table of `Hooks` entries of nn modules.
+/// The process's one table of `Hooks` entries of nn modules. Each is defined in the library, next
+/// to the code that fills it (src/nn/registry.cpp for hooks, src/state/module_state.cpp for
+/// state-dict hooks), never in a header: shared objects linked against a shared libmodhooks
+/// see one table.
 template <class Hooks>
-ModuleTable<Hooks, NnOwner>& nn_table() {
-  return table_of<Hooks, NnOwner>();
-}
+ModuleTable<Hooks, NnOwner>& nn_table() noexcept;
+template <>
+ModuleTable<NnHooks, NnOwner>& nn_table<NnHooks>() noexcept;
 
 /// The entry of `module` in `table` for plain data that captures nothing (names of
 /// non-persistent buffers, a state-dict version), created on first use. A module is identified by

@@ -1,0 +1,19 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+// The hook core's process-wide state. It lives here, not in headers, so that there is one of each
+// per process however many shared objects are linked against a shared libmodhooks.
+#include <atomic>
+#include <cstdint>
+
+#include "modhooks/core/handle.h"
+#include "modhooks/core/hook_list.h"
+
+namespace modhooks {
+namespace detail {
+
+std::atomic<std::uint64_t> next_hook_id{1};
+std::atomic<std::int64_t> call_hooks_active{0};
+HookedModuleFilter hooked_modules;
+
+}  // namespace detail
+}  // namespace modhooks
