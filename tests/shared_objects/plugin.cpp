@@ -14,17 +14,15 @@ at::Tensor run(torch::nn::Linear& linear, const at::Tensor& input) {
 
 modhooks::RemovableHandle add_forward_hook(torch::nn::Linear& linear, int* calls) {
   return modhooks::register_forward_hook(
-      linear,
-      [calls](torch::nn::Module&, const std::vector<c10::IValue>&, const c10::IValue&) {
+      linear, [calls](torch::nn::Module&, const std::vector<c10::IValue>&, const c10::IValue&) {
         ++*calls;
       });
 }
 
 modhooks::RemovableHandle add_global_forward_hook(int* calls) {
-  return modhooks::register_module_forward_hook(
-      [calls](torch::nn::Module&, const std::vector<c10::IValue>&, const c10::IValue&) {
-        ++*calls;
-      });
+  return modhooks::register_module_forward_hook([calls](torch::nn::Module&,
+                                                        const std::vector<c10::IValue>&,
+                                                        const c10::IValue&) { ++*calls; });
 }
 
 }  // namespace MODHOOKS_PLUGIN

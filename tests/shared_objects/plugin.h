@@ -20,7 +20,7 @@
   MODHOOKS_PLUGIN_API at::Tensor run(torch::nn::Linear& linear, const at::Tensor& input);   \
   MODHOOKS_PLUGIN_API modhooks::RemovableHandle add_forward_hook(torch::nn::Linear& linear, \
                                                                  int* calls);               \
-  MODHOOKS_PLUGIN_API modhooks::RemovableHandle add_global_forward_hook(int* calls);         \
+  MODHOOKS_PLUGIN_API modhooks::RemovableHandle add_global_forward_hook(int* calls);        \
   }
 
 MODHOOKS_PLUGIN_DECLARE(plugin_a)
