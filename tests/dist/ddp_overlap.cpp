@@ -103,7 +103,7 @@ class TracingHook : public c10d::CommHookInterface {
       auto name = names_.find(p.unsafeGetTensorImpl());
       what << (name == names_.end() ? "?" : name->second) << " ";
     }
-    what << "(" << bucket.getBufferRef().numel() * 4 / 1024 << " KiB)";
+    what << "(" << bucket.getBufferRef().nbytes() / 1024 << " KiB)";
     trace_->record(Kind::kCommStart, index, what.str());
     auto future = inner_->runHook(bucket);
     // Added before the hook returns, so this runs before DDP's own callbacks on the future and
