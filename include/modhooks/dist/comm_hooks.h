@@ -42,8 +42,8 @@ class CommHook {
   /* implicit */ CommHook(Function function);
 
   /// One of c10d's built-in hooks, which the Reducer runs itself (`register_builtin_comm_hook`):
-  /// `kAllReduce` is c10d's ALLREDUCE (`comm_hooks::allreduce()`), `kFp16Compress` its
-  /// FP16_COMPRESS (`comm_hooks::fp16_compress()`).
+  /// `kAllReduce` is c10d's ALLREDUCE, `kFp16Compress` its FP16_COMPRESS (`comm_hooks::allreduce()`
+  /// and `comm_hooks::fp16_compress()` are modhooks' C++ hooks, not these).
   enum class Builtin { kAllReduce, kFp16Compress };
   /// The built-in hook `type`.
   ///

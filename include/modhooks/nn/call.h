@@ -112,6 +112,9 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
 
 }  // namespace detail
 
+/// \addtogroup api_nn
+/// @{
+
 /// Runs `module` through its hooks: forward pre-hooks (global, then the module's), `forward`,
 /// forward hooks, and the full-backward wiring; returns what `forward` returns.
 ///
@@ -144,5 +147,7 @@ auto call(M&& module, Args&&... args)
   }
   return detail::call_with_hooks(impl, std::forward<Args>(args)...);
 }
+
+/// @}
 
 }  // namespace modhooks

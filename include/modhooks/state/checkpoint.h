@@ -8,13 +8,29 @@
 
 namespace modhooks {
 
+/// \addtogroup api_state
+/// @{
+
 /// Writes `state_dict` to `path`: safetensors when the path ends in ".safetensors", otherwise
 /// the zip format of `torch.save`, which Python's `torch.load(path, weights_only=True)` reads
 /// back bit-exact as an OrderedDict (with `_metadata` when the state dict has any). Tensors are
 /// written contiguous, from CPU copies; views do not keep their storage sharing.
+///
+/// **Example**:
+/// \code
+///   modhooks::save(modhooks::state_dict(net), "net.pt");  // torch.load("net.pt") reads it
+///   modhooks::save(modhooks::state_dict(net), "net.safetensors");
+/// \endcode
 void save(const StateDict& state_dict, const std::string& path);
 
 /// How `load` reads a file.
+///
+/// **Example**:
+/// \code
+///   modhooks::LoadOptions options;
+///   options.verify_crc32 = false;
+///   modhooks::StateDict sd = modhooks::load("net.pt", options);
+/// \endcode
 struct LoadOptions {
   /// Checks every record of a torch.save file against the CRC-32 its zip entry records, in the
   /// same pass that reads it (libdeflate's CRC-32: 256 MiB in 28 ms on a 2-core VM, where a
@@ -49,7 +65,23 @@ struct LoadOptions {
 /// Hugging Face's `save_pretrained` writes them) loads every shard it names, in its folder, into
 /// one state dict; a key the index maps to a shard that lacks it, a shard's key the index does
 /// not map to that shard, and a key in two shards are errors.
+///
+/// **Example**:
+/// \code
+///   modhooks::StateDict sd = modhooks::load("net.pt");  // torch.save(net.state_dict(), ...)
+///   modhooks::load_state_dict(net, sd);
+/// \endcode
 StateDict load(const std::string& path);
+/// The same, read as `options` says.
+///
+/// **Example**:
+/// \code
+///   modhooks::LoadOptions options;
+///   options.verify_crc32 = false;
+///   modhooks::StateDict sd = modhooks::load("net.pt", options);
+/// \endcode
 StateDict load(const std::string& path, const LoadOptions& options);
+
+/// @}
 
 }  // namespace modhooks

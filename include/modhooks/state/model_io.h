@@ -24,6 +24,9 @@ void save_model(const StateDict& state_dict, const std::string& path,
 
 }  // namespace detail
 
+/// \addtogroup api_state
+/// @{
+
 /// Loads a checkpoint file straight into `module`'s own tensors: a safetensors file, a
 /// torch.save file (`.pt`, `.bin`, any other name) or an index of shards
 /// (`model.safetensors.index.json`, `pytorch_model.bin.index.json`). It is `load_state_dict`
@@ -35,6 +38,13 @@ void save_model(const StateDict& state_dict, const std::string& path,
 /// bounded (docs/state.md), except that load post-hooks make it keep the former values, as
 /// `load_state_dict` does, to undo the load if they fail it. `module` is anything the
 /// `register_*` functions take.
+///
+/// **Example**:
+/// \code
+///   modhooks::load_model(net, "model.safetensors");
+///   modhooks::IncompatibleKeys keys =
+///       modhooks::load_model(net, "pytorch_model.bin.index.json", /*strict=*/false);
+/// \endcode
 template <class M,
           class = decltype(load_state_dict(std::declval<M&>(), std::declval<StateDict&>()))>
 IncompatibleKeys load_model(M&& module, const std::string& path, bool strict = true,
@@ -47,6 +57,11 @@ IncompatibleKeys load_model(M&& module, const std::string& path, bool strict = t
 /// Writes `state_dict(module)` (its hooks fire) to `path`, by its extension as `save` does,
 /// without copying the module's CPU tensors. A path ending in ".index.json" is refused here:
 /// a sharded checkpoint needs its `max_shard_size`.
+///
+/// **Example**:
+/// \code
+///   modhooks::save_model(net, "model.safetensors");
+/// \endcode
 template <class M, class = decltype(state_dict(std::declval<M&>()))>
 void save_model(M&& module, const std::string& path) {
   detail::save_model(state_dict(module), path, std::nullopt);
@@ -58,9 +73,16 @@ void save_model(M&& module, const std::string& path) {
 /// tensors in state-dict order, a new shard started when the next tensor would take the shard
 /// past `max_shard_size` bytes (a larger tensor gets a shard of its own). The index is written
 /// last: {"metadata": {"total_size": bytes}, "weight_map": {key: shard}}.
+///
+/// **Example**:
+/// \code
+///   modhooks::save_model(net, "model.safetensors.index.json", std::uint64_t{2} << 30);  // 2 GiB
+/// \endcode
 template <class M, class = decltype(state_dict(std::declval<M&>()))>
 void save_model(M&& module, const std::string& path, std::uint64_t max_shard_size) {
   detail::save_model(state_dict(module), path, max_shard_size);
 }
+
+/// @}
 
 }  // namespace modhooks

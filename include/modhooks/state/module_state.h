@@ -12,9 +12,18 @@
 
 namespace modhooks {
 
+/// \addtogroup api_state
+/// @{
+
 /// Python's `Module.state_dict(prefix=, keep_vars=)`: parameters, then persistent buffers, then
 /// children, depth-first, with Python's key names and `_metadata`; tensors are detached unless
 /// `keep_vars`. State-dict pre-hooks and post-hooks fire on every submodule with its prefix.
+///
+/// **Example**:
+/// \code
+///   torch::nn::Module& base = *net;
+///   modhooks::StateDict sd = modhooks::state_dict(base);  // "fc.weight", "fc.bias", ...
+/// \endcode
 StateDict state_dict(torch::nn::Module& module, const std::string& prefix = "",
                      bool keep_vars = false);
 
@@ -26,22 +35,56 @@ StateDict state_dict(torch::nn::Module& module, const std::string& prefix = "",
 /// Values are copied with `copy_` (dtype and device converted, identity and storage kept);
 /// `assign` swaps the checkpoint's tensors in instead, keeping each tensor object (so optimizers
 /// holding it see the new values) and its `requires_grad`.
+///
+/// **Example**:
+/// \code
+///   torch::nn::Module& base = *net;
+///   modhooks::IncompatibleKeys keys =
+///       modhooks::load_state_dict(base, modhooks::load("net.pt"), /*strict=*/false);
+/// \endcode
 IncompatibleKeys load_state_dict(torch::nn::Module& module, const StateDict& state_dict,
                                  bool strict = true, bool assign = false);
 
 /// The same for a TorchScript module tree (`torch::jit::load`ed or built in C++): parameters,
 /// buffers and submodules with the same traversal, hooks, error texts and all-or-nothing load.
+///
+/// **Example**:
+/// \code
+///   torch::jit::Module model = torch::jit::load("model.pt");
+///   modhooks::save(modhooks::state_dict(model), "weights.safetensors");
+/// \endcode
 StateDict state_dict(const torch::jit::Module& module, const std::string& prefix = "",
                      bool keep_vars = false);
+/// `load_state_dict` for a TorchScript module tree, as `state_dict` above.
+///
+/// **Example**:
+/// \code
+///   torch::jit::Module model = torch::jit::load("model.pt");
+///   modhooks::load_state_dict(model, modhooks::load("weights.safetensors"));
+/// \endcode
 IncompatibleKeys load_state_dict(const torch::jit::Module& module, const StateDict& state_dict,
                                  bool strict = true, bool assign = false);
 
 /// The same for every other spelling of an nn module (`shared_ptr<T>`, `ModuleHolder<T>`).
+///
+/// **Example**:
+/// \code
+///   torch::nn::Linear fc(4, 2);
+///   modhooks::StateDict sd = modhooks::state_dict(fc);  // "weight", "bias"
+/// \endcode
 template <class M, detail::IfNnModule<M> = 0>
 StateDict state_dict(M&& module, const std::string& prefix = "", bool keep_vars = false) {
   return state_dict(static_cast<torch::nn::Module&>(detail::module_ref(module)), prefix, keep_vars);
 }
 
+/// `load_state_dict` for every other spelling of an nn module (`shared_ptr<T>`,
+/// `ModuleHolder<T>`).
+///
+/// **Example**:
+/// \code
+///   torch::nn::Linear fc(4, 2);
+///   modhooks::load_state_dict(fc, modhooks::load("fc.pt"), /*strict=*/true, /*assign=*/true);
+/// \endcode
 template <class M, detail::IfNnModule<M> = 0>
 IncompatibleKeys load_state_dict(M&& module, const StateDict& state_dict, bool strict = true,
                                  bool assign = false) {

@@ -10,6 +10,9 @@
 
 namespace modhooks {
 
+/// \addtogroup api_state
+/// @{
+
 /// Reads any object Python's `torch.load(path, weights_only=True)` reads from a torch.save zip
 /// file, such as the checkpoint of a training script:
 ///
@@ -42,6 +45,16 @@ c10::IValue load_object(const std::string& path, const LoadOptions& options = {}
 /// TorchScript object, a dict key that is not a str, int, float or bool, a container that
 /// contains itself) raises modhooks::Error naming the place in the object, before a byte is
 /// written; an existing file is replaced only once everything is written.
+///
+/// **Example**:
+/// \code
+///   c10::impl::GenericDict ckpt(c10::StringType::get(), c10::AnyType::get());
+///   ckpt.insert("model", modhooks::state_dict(net).to_ivalue());
+///   ckpt.insert("epoch", 3);
+///   modhooks::save_object(ckpt, "train.pt");  // torch.load("train.pt")["epoch"] == 3
+/// \endcode
 void save_object(const c10::IValue& object, const std::string& path);
+
+/// @}
 
 }  // namespace modhooks

@@ -13,6 +13,9 @@ class Optimizer;
 namespace modhooks {
 namespace optim {
 
+/// \addtogroup api_state
+/// @{
+
 /// Python's `optimizer.load_state_dict(state)` for libtorch's SGD, Adam, AdamW, RMSprop and
 /// Adagrad, from the state as `load_object` returns it:
 ///
@@ -43,7 +46,16 @@ void load_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& stat
 /// describe libtorch's step (maximize False, foreach and fused None, ...); `step` is a float32
 /// scalar tensor as in Python. Like Python's, the state tensors are the optimizer's own, not
 /// copies. Throws modhooks::Error for other optimizers.
+///
+/// **Example**:
+/// \code
+///   c10::impl::GenericDict ckpt(c10::StringType::get(), c10::AnyType::get());
+///   ckpt.insert("optimizer", modhooks::optim::state_dict(adam));
+///   modhooks::save_object(ckpt, "train.pt");  // Python's optimizer.load_state_dict reads it
+/// \endcode
 c10::IValue state_dict(const torch::optim::Optimizer& optimizer);
+
+/// @}
 
 }  // namespace optim
 }  // namespace modhooks

@@ -14,15 +14,27 @@
 
 namespace modhooks {
 
+/// \addtogroup api_state
+/// @{
+
 /// Python's `OrderedDict[str, V]`: string keys in insertion order with O(1) lookup.
 ///
 /// Entries live in a vector, in insertion order, beside a hash index from key to position.
 /// `erase` leaves a tombstone, so it is O(1) and invalidates only iterators to the erased entry
 /// (erasing while iterating is safe, unlike Python); tombstones are swept by the next insertion
 /// once they outnumber the live entries, which keeps every operation amortised O(1).
+///
+/// **Example**:
+/// \code
+///   modhooks::OrderedMap<int> m;
+///   m.insert_or_assign("b", 2);
+///   m.insert_or_assign("a", 1);
+///   for (const auto& [key, value] : m) std::cout << key << "\n";  // b, then a
+/// \endcode
 template <class V>
 class OrderedMap {
  public:
+  /// What iteration yields: a key and its value.
   using value_type = std::pair<const std::string, V>;
 
  private:
@@ -69,20 +81,43 @@ class OrderedMap {
   };
 
  public:
+  /// A forward iterator over the entries in insertion order.
   using iterator = Iter<typename std::vector<Slot>::iterator, value_type&>;
+  /// The same, const.
   using const_iterator = Iter<typename std::vector<Slot>::const_iterator, const value_type&>;
 
+  /// Whether `key` is present (Python's `key in d`).
+  ///
+  /// **Example**:
+  /// \code
+  ///   if (sd.contains("fc.weight")) std::cout << sd.at("fc.weight").sizes() << "\n";
+  /// \endcode
   bool contains(const std::string& key) const { return index_.count(key) != 0; }
 
-  /// Throws modhooks::Error naming the key when it is absent (Python's KeyError).
+  /// The value of `key` (Python's `d[key]`). Throws modhooks::Error naming the key when it is
+  /// absent (Python's KeyError).
+  ///
+  /// **Example**:
+  /// \code
+  ///   at::Tensor& weight = sd.at("fc.weight");
+  /// \endcode
   V& at(const std::string& key) { return slots_[position(key)]->second; }
+  /// The same, const. \see \ref api_state
   const V& at(const std::string& key) const { return slots_[position(key)]->second; }
 
+  /// The entry of `key`, or `end()` when it is absent.
+  ///
+  /// **Example**:
+  /// \code
+  ///   auto it = sd.find("fc.bias");
+  ///   if (it != sd.end()) it->second.zero_();
+  /// \endcode
   iterator find(const std::string& key) {
     auto found = index_.find(key);
     if (found == index_.end()) return end();
     return iterator(slots_.begin() + static_cast<std::ptrdiff_t>(found->second), slots_.end());
   }
+  /// The same, const. \see \ref api_state
   const_iterator find(const std::string& key) const {
     auto found = index_.find(key);
     if (found == index_.end()) return end();
@@ -92,6 +127,11 @@ class OrderedMap {
 
   /// Replaces the value in place when the key exists (its position is kept, as in Python),
   /// appends otherwise.
+  ///
+  /// **Example**:
+  /// \code
+  ///   sd.insert_or_assign("fc.bias", torch::zeros({2}));
+  /// \endcode
   void insert_or_assign(const std::string& key, V value) {
     auto found = index_.find(key);
     if (found != index_.end()) {
@@ -103,7 +143,12 @@ class OrderedMap {
     slots_.emplace_back(std::in_place, key, std::move(value));
   }
 
-  /// Returns whether the key was present.
+  /// Removes `key` (Python's `d.pop(key, None)`); returns whether it was present.
+  ///
+  /// **Example**:
+  /// \code
+  ///   bool was_there = sd.erase("fc.bias");
+  /// \endcode
   bool erase(const std::string& key) {
     auto found = index_.find(key);
     if (found == index_.end()) return false;
@@ -113,20 +158,31 @@ class OrderedMap {
     return true;
   }
 
+  /// Removes every entry. \see \ref api_state
   void clear() {
     slots_.clear();
     index_.clear();
     tombstones_ = 0;
   }
+  /// Makes room for `n` entries without reallocation. \see \ref api_state
   void reserve(std::size_t n) {
     slots_.reserve(n);
     index_.reserve(n);
   }
 
+  /// The number of entries. \see \ref api_state
   std::size_t size() const { return index_.size(); }
+  /// Whether there are none. \see \ref api_state
   bool empty() const { return index_.empty(); }
 
   /// The keys in insertion order (a copy, so the map may change while they are walked).
+  ///
+  /// **Example**:
+  /// \code
+  ///   for (const std::string& key : sd.keys()) {
+  ///     if (key.rfind("aux.", 0) == 0) sd.erase(key);
+  ///   }
+  /// \endcode
   std::vector<std::string> keys() const {
     std::vector<std::string> out;
     out.reserve(size());
@@ -134,9 +190,18 @@ class OrderedMap {
     return out;
   }
 
+  /// The first entry, in insertion order.
+  ///
+  /// **Example**:
+  /// \code
+  ///   for (auto& [key, tensor] : sd) tensor = tensor.to(torch::kHalf);
+  /// \endcode
   iterator begin() { return iterator(slots_.begin(), slots_.end()); }
+  /// Past the last entry. \see begin()
   iterator end() { return iterator(slots_.end(), slots_.end()); }
+  /// The same, const. \see begin()
   const_iterator begin() const { return const_iterator(slots_.begin(), slots_.end()); }
+  /// The same, const. \see begin()
   const_iterator end() const { return const_iterator(slots_.end(), slots_.end()); }
 
  private:
@@ -163,5 +228,7 @@ class OrderedMap {
   std::unordered_map<std::string, std::size_t> index_;
   std::size_t tombstones_ = 0;
 };
+
+/// @}
 
 }  // namespace modhooks

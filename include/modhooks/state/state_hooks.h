@@ -21,11 +21,24 @@
 
 namespace modhooks {
 
+/// \addtogroup api_state
+/// @{
+
 /// What `load_state_dict` returns (Python's `_IncompatibleKeys`); post-hooks edit it in place.
+///
+/// **Example**:
+/// \code
+///   modhooks::IncompatibleKeys keys = modhooks::load_state_dict(net, sd, /*strict=*/false);
+///   for (const std::string& key : keys.missing_keys) std::cout << "missing " << key << "\n";
+/// \endcode
 struct IncompatibleKeys {
+  /// Keys the module has and the state dict lacks.
   std::vector<std::string> missing_keys;
+  /// Keys the state dict has and the module lacks.
   std::vector<std::string> unexpected_keys;
 };
+
+/// @}
 
 namespace detail {
 
@@ -72,8 +85,19 @@ inline std::shared_ptr<JitStateHooks> state_data_for(torch::jit::Module& module)
 
 }  // namespace detail
 
+/// \addtogroup api_state
+/// @{
+
 /// Python's `Module.register_state_dict_pre_hook`: `hook(module, prefix, keep_vars)` runs
 /// before `state_dict` collects the module's tensors.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_state_dict_pre_hook(
+///       net, [](torch::nn::Module&, const std::string& prefix, bool keep_vars) {
+///         std::cout << "collecting " << prefix << "\n";
+///       });
+/// \endcode
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_state_dict_pre_hook(M&& module, F hook) {
   using T = detail::ModuleType<M>;
@@ -85,6 +109,13 @@ RemovableHandle register_state_dict_pre_hook(M&& module, F hook) {
 
 /// Python's `Module.register_state_dict_post_hook`: `hook(module, state_dict, prefix,
 /// local_metadata)` runs after the module's subtree was collected and may edit the dict.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_state_dict_post_hook(
+///       net, [](torch::nn::Module&, modhooks::StateDict& sd, const std::string& prefix,
+///               const modhooks::Metadata&) { sd.erase(prefix + "cache"); });
+/// \endcode
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_state_dict_post_hook(M&& module, F hook) {
   using T = detail::ModuleType<M>;
@@ -99,6 +130,18 @@ RemovableHandle register_state_dict_post_hook(M&& module, F hook) {
 /// local_metadata, strict, missing_keys, unexpected_keys, error_msgs)` runs before the module's
 /// keys are checked and may rename, add or drop keys of its subtree. `strict` is always true,
 /// as in Python.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_load_state_dict_pre_hook(
+///       net, [](torch::nn::Module&, modhooks::StateDict& sd, const std::string& prefix,
+///               const modhooks::Metadata&, bool, auto&, auto&, auto&) {
+///         if (sd.contains(prefix + "gamma")) {  // a name older checkpoints used
+///           sd.insert_or_assign(prefix + "weight", sd.at(prefix + "gamma"));
+///           sd.erase(prefix + "gamma");
+///         }
+///       });
+/// \endcode
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_load_state_dict_pre_hook(M&& module, F hook) {
   using T = detail::ModuleType<M>;
@@ -113,6 +156,14 @@ RemovableHandle register_load_state_dict_pre_hook(M&& module, F hook) {
 
 /// Python's `Module.register_load_state_dict_post_hook`: `hook(module, incompatible_keys)` runs
 /// after the load and may edit the keys in place; strict errors come from the edited lists.
+///
+/// **Example**:
+/// \code
+///   auto h = modhooks::register_load_state_dict_post_hook(
+///       net, [](torch::nn::Module&, modhooks::IncompatibleKeys& keys) {
+///         keys.missing_keys.clear();  // a strict load accepts missing keys
+///       });
+/// \endcode
 template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_load_state_dict_post_hook(M&& module, F hook) {
   using T = detail::ModuleType<M>;
@@ -124,6 +175,11 @@ RemovableHandle register_load_state_dict_post_hook(M&& module, F hook) {
 
 /// Python's `Module.register_buffer(name, tensor, persistent)`: a non-persistent buffer belongs
 /// to the module but not to its state dict.
+///
+/// **Example**:
+/// \code
+///   modhooks::register_buffer(net, "running_count", torch::zeros({}), /*persistent=*/false);
+/// \endcode
 template <class M, detail::IfModule<M> = 0>
 void register_buffer(M&& module, std::string name, at::Tensor tensor, bool persistent = true) {
   auto& m = detail::module_ref(module);
@@ -162,5 +218,7 @@ void set_state_dict_version(M&& module, std::int64_t version) {
   std::lock_guard<std::mutex> lock(state->mutex);
   state->version = version;
 }
+
+/// @}
 
 }  // namespace modhooks
