@@ -2,7 +2,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-/// The umbrella header: everything of modhooks' public API.
+/// \file
+/// The umbrella header: modhooks' public API but the `dist` component (`modhooks/dist.h`) and
+/// the device layer's `device/backend.h` and `device/acl_library.h`.
 #include "modhooks/core/error.h"
 #include "modhooks/core/handle.h"
 #include "modhooks/device/grad.h"
