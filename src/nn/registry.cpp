@@ -12,11 +12,13 @@
 
 namespace modhooks {
 namespace detail {
-template <>
-ModuleTable<NnHooks, NnOwner>& nn_table<NnHooks>() noexcept {
-  static ModuleTable<NnHooks, NnOwner> table;
-  return table;
-}
+// Constant-initialised where the language can say so (C++20, as libtorch 2.x builds), so hooks
+// registered during other translation units' static initialisation find it ready.
+#ifdef __cpp_constinit
+constinit ModuleTable<NnHooks, NnOwner> nn_hooks_table;
+#else
+ModuleTable<NnHooks, NnOwner> nn_hooks_table;
+#endif
 
 std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module) {
   if (!hooked_modules.may_have_hooks(&module)) return nullptr;

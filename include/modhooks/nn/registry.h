@@ -44,8 +44,15 @@ struct NnOwner {
 /// see one table.
 template <class Hooks>
 ModuleTable<Hooks, NnOwner>& nn_table() noexcept;
+
+/// The hook table itself is a namespace-scope object of the library rather than a function's
+/// static: every hooked call of an nn module reaches it (`dispatch_for`, inlined into the
+/// caller), which would otherwise pay an out-of-line call and a static's guard check.
+extern ModuleTable<NnHooks, NnOwner> nn_hooks_table;
 template <>
-ModuleTable<NnHooks, NnOwner>& nn_table<NnHooks>() noexcept;
+inline ModuleTable<NnHooks, NnOwner>& nn_table<NnHooks>() noexcept {
+  return nn_hooks_table;
+}
 
 /// The entry of `module` in `table` for plain data that captures nothing (names of
 /// non-persistent buffers, a state-dict version), created on first use. A module is identified by
