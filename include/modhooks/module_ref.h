@@ -8,8 +8,9 @@
 
 #include "modhooks/jit/registry.h"
 #include "modhooks/nn/registry.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// The module behind every spelling the public functions accept, nn (`Module&`,
@@ -23,4 +24,4 @@ template <class M>
 using IfModule = std::enable_if_t<sizeof(ModuleType<M>*) != 0, int>;
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

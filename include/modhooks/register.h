@@ -11,8 +11,9 @@
 #include "modhooks/dispatch/adapt.h"
 #include "modhooks/dispatch/global.h"
 #include "modhooks/module_ref.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 
 /// \addtogroup api_register
 /// @{
@@ -217,4 +218,4 @@ RemovableHandle register_module_full_backward_hook(F hook) {
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -27,4 +27,33 @@
 #define MODHOOKS_VERSION \
   (MODHOOKS_VERSION_MAJOR * 10000 + MODHOOKS_VERSION_MINOR * 100 + MODHOOKS_VERSION_PATCH)
 
+/// `v<major>_<minor>`, the ABI namespace's name.
+#define MODHOOKS_ABI_NAME(major, minor) MODHOOKS_ABI_NAME_(major, minor)
+/// \cond
+#define MODHOOKS_ABI_NAME_(major, minor) v##major##_##minor
+/// \endcond
+
+/// What the library exports: everything declared in modhooks' namespace. The library is built
+/// with hidden visibility (CMake's CXX_VISIBILITY_PRESET), so the libtorch and standard-library
+/// code it instantiates stays inside it; the namespace below opts back in, which keeps one
+/// definition of each modhooks function, type and process-wide table for every shared object of
+/// a process.
+#if defined(__GNUC__) || defined(__clang__)
+#define MODHOOKS_API __attribute__((visibility("default")))
+#else
+#define MODHOOKS_API
+#endif
+
+/// The ABI namespace, as fmt's `inline namespace v11`: every name is `modhooks::v0_1::...` in
+/// the binary and `modhooks::...` in source. It is made from the version, as the SOVERSION is
+/// (major.minor while the major version is 0), so a program built against one ABI cannot link
+/// against another. Every file of modhooks opens its namespace with these two macros.
+#define MODHOOKS_BEGIN_NAMESPACE \
+  namespace modhooks {           \
+  inline namespace MODHOOKS_API MODHOOKS_ABI_NAME(MODHOOKS_VERSION_MAJOR, MODHOOKS_VERSION_MINOR) {
+/// Closes what `MODHOOKS_BEGIN_NAMESPACE` opened.
+#define MODHOOKS_END_NAMESPACE \
+  }                            \
+  }
+
 /// @}

@@ -7,8 +7,9 @@
 
 #include "modhooks/core/handle.h"
 #include "modhooks/core/hook_list.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 std::atomic<std::uint64_t> next_hook_id{1};
@@ -16,4 +17,4 @@ std::atomic<std::int64_t> call_hooks_active{0};
 HookedModuleFilter hooked_modules;
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

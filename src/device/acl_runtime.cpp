@@ -17,7 +17,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #endif
 
-namespace modhooks::device {
+MODHOOKS_BEGIN_NAMESPACE
+namespace device {
 namespace {
 
 #if defined(__aarch64__)
@@ -279,4 +280,5 @@ DeviceBinding::~DeviceBinding() {
 }
 
 }  // namespace detail
-}  // namespace modhooks::device
+}  // namespace device
+MODHOOKS_END_NAMESPACE

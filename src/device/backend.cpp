@@ -18,7 +18,8 @@
 #include "modhooks/core/error.h"
 #include "modhooks/device/detail/npu_ops.h"
 
-namespace modhooks::device {
+MODHOOKS_BEGIN_NAMESPACE
+namespace device {
 namespace {
 
 /// CPU, CUDA and any other device with ATen kernels: ATen ops run on the tensor's own device
@@ -164,4 +165,5 @@ const Backend& backend_for(const c10::Device& device) {
   return aten;
 }
 
-}  // namespace modhooks::device
+}  // namespace device
+MODHOOKS_END_NAMESPACE

@@ -8,7 +8,8 @@
 #include "modhooks/core/error.h"
 #include "modhooks/device/backend.h"
 
-namespace modhooks::grad::detail {
+MODHOOKS_BEGIN_NAMESPACE
+namespace grad::detail {
 namespace {
 
 /// The defined tensors of `grads` grouped by device (first-seen order), with their positions:
@@ -84,4 +85,5 @@ void fail_non_finite(const char* list_name, std::size_t index, const std::string
                          std::to_string(index) + "] of module '" + module + "' holds NaN or Inf");
 }
 
-}  // namespace modhooks::grad::detail
+}  // namespace grad::detail
+MODHOOKS_END_NAMESPACE

@@ -9,7 +9,8 @@
 #include "modhooks/core/error.h"
 #include "modhooks/device/detail/acl_runtime.h"
 
-namespace modhooks::device::detail {
+MODHOOKS_BEGIN_NAMESPACE
+namespace device::detail {
 namespace {
 
 std::string where(const NpuBuffer& b) { return "npu:" + std::to_string(b.device); }
@@ -151,4 +152,5 @@ void npu_copy_to_host(const NpuBuffer& src, void* host) {
   rt.check(rt.fn().synchronize_stream(stream), "aclrtSynchronizeStream on " + where(src));
 }
 
-}  // namespace modhooks::device::detail
+}  // namespace device::detail
+MODHOOKS_END_NAMESPACE

@@ -19,7 +19,7 @@
 
 #include "modhooks/core/error.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
@@ -187,4 +187,4 @@ TensorList BackwardHookBase::input_grads_ready(const TensorList& grads) {
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

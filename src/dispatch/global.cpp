@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 std::atomic<std::int64_t> global_nn_hooks_active{0};
@@ -55,4 +55,4 @@ const std::shared_ptr<HookTableBase>& global_hook_tables() {
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -20,7 +20,7 @@
 #include "dist_detail.h"
 #include "modhooks/dist/process_group.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace dist {
 namespace detail {
 namespace {
@@ -580,4 +580,4 @@ void consume_prefix_in_state_dict_if_present(StateDict& state_dict, const std::s
 }
 
 }  // namespace dist
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

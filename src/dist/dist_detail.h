@@ -10,8 +10,9 @@
 #include <string>
 
 #include "modhooks/core/error.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace dist {
 namespace detail {
 
@@ -40,4 +41,4 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
 
 }  // namespace detail
 }  // namespace dist
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

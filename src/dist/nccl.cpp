@@ -9,7 +9,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace dist {
 
 bool is_nccl_available() { return MODHOOKS_DIST_NCCL != 0; }
@@ -31,4 +31,4 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
 
 }  // namespace detail
 }  // namespace dist
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

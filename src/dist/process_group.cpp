@@ -19,7 +19,7 @@
 #include "dist_detail.h"
 #include "modhooks/core/error.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace dist {
 namespace {
 
@@ -236,4 +236,4 @@ void destroy_process_group() {
 }
 
 }  // namespace dist
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -13,7 +13,7 @@
 #include "modhooks/dispatch/dispatch.h"
 #include "modhooks/dispatch/global.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
@@ -193,4 +193,4 @@ c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue>
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

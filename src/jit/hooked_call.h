@@ -15,8 +15,9 @@
 #include "modhooks/dispatch/dispatch.h"
 #include "modhooks/dispatch/global.h"
 #include "modhooks/jit/registry.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// One place a TorchScript module is called from: the top-level `call`, or a call site inside a
@@ -79,4 +80,4 @@ std::exception_ptr take_inner_error(const std::exception& seen) noexcept;
 std::shared_ptr<JitHooks> find_hooks(const c10::ivalue::Object* object);
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

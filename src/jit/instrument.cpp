@@ -39,7 +39,7 @@
 #include "instrumentation.h"
 #include "modhooks/core/error.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
@@ -506,4 +506,4 @@ void uninstrument(const torch::jit::Module& root) {
   detail::instrumentation_for(root)->set_all(false);
 }
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

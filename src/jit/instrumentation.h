@@ -7,8 +7,9 @@
 #include <memory>
 
 #include "modhooks/core/hook_list.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 class Instrumentation;
@@ -27,4 +28,4 @@ std::shared_ptr<HookObserver> inner_hook_observer(const std::shared_ptr<Instrume
                                                   const torch::jit::Module& module);
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -10,7 +10,7 @@
 #include "modhooks/core/error.h"
 #include "modhooks/jit/instrument.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 template <>
 ModuleTable<JitHooks, JitOwner>& jit_table<JitHooks>() noexcept {
@@ -68,4 +68,4 @@ torch::jit::Module submodule(const torch::jit::Module& root, const std::string& 
   return module;
 }
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -10,7 +10,7 @@
 #include "modhooks/core/error.h"
 #include "modhooks/nn/submodule.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 // Constant-initialised where the language can say so (C++20, as libtorch 2.x builds), so hooks
 // registered during other translation units' static initialisation find it ready.
@@ -77,4 +77,4 @@ std::shared_ptr<torch::nn::Module> submodule(torch::nn::Module& root, const std:
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

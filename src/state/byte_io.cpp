@@ -3,8 +3,9 @@
 #include "byte_io.h"
 
 #include "modhooks/core/error.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 void read_exactly(const caffe2::serialize::ReadAdapterInterface& in, std::uint64_t pos, void* buf,
@@ -54,4 +55,4 @@ bool is_utf8(std::string_view s, bool surrogates) {
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -9,7 +9,9 @@
 #include <string>
 #include <string_view>
 
-namespace modhooks {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -58,4 +60,4 @@ inline bool add_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t* out) 
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -19,7 +19,7 @@
 #include "modhooks/state/detail/checkpoint_bytes.h"
 #include "modhooks/state/object.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
@@ -220,4 +220,4 @@ StateDict load(const std::string& path, const LoadOptions& options) {
   });
 }
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -4,7 +4,9 @@
 
 #include <torch/csrc/api/include/torch/version.h>
 
-namespace modhooks {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
@@ -84,4 +86,4 @@ const DtypeNames* find_dtype_by_safetensors_name(std::string_view name) {
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

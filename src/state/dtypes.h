@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <string_view>
 
-namespace modhooks {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// How one dtype is spelled in the two checkpoint formats. The table behind these functions is
@@ -32,4 +34,4 @@ bool is_newer_dtype_name(std::string_view name);
 const DtypeNames* find_dtype_by_safetensors_name(std::string_view name);
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -12,8 +12,9 @@
 #include <utility>
 
 #include "modhooks/core/error.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 CheckpointFile::CheckpointFile(const std::string& path)
@@ -94,4 +95,4 @@ const MappedRecord* mapped_record(const c10::Storage& storage) {
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

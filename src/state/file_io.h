@@ -11,7 +11,9 @@
 #include <optional>
 #include <string>
 
-namespace modhooks {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// A checkpoint file opened for reading. It is opened without blocking, so a FIFO cannot stall
@@ -80,4 +82,4 @@ c10::Storage mapped_storage(MappedRecord record);
 const MappedRecord* mapped_record(const c10::Storage& storage);
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -14,8 +14,9 @@
 #include "modhooks/state/checkpoint.h"
 #include "modhooks/state/detail/checkpoint_bytes.h"
 #include "modhooks/state/state_dict.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// Where a writer puts a file's bytes, in order. `write` never throws: libtorch's zip writer
@@ -99,4 +100,4 @@ const DtypeNames& checked_dtype(const std::string& key, const at::Tensor& tensor
 at::Tensor writable_tensor(const at::Tensor& tensor);
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

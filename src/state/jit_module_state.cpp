@@ -11,9 +11,10 @@
 
 #include "modhooks/jit/registry.h"
 #include "modhooks/state/module_state.h"
+#include "modhooks/version.h"
 #include "traversal.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
@@ -87,4 +88,4 @@ IncompatibleKeys load_state_dict(const torch::jit::Module& module, const StateDi
                                                      assign);
 }
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

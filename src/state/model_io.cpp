@@ -23,7 +23,7 @@
 #include "modhooks/core/error.h"
 #include "traversal.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
@@ -287,4 +287,4 @@ void save_model(const StateDict& state_dict, const std::string& path,
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

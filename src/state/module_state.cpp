@@ -16,7 +16,7 @@
 #include "modhooks/core/module_table.h"
 #include "traversal.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
@@ -155,4 +155,4 @@ IncompatibleKeys load_state_dict(torch::nn::Module& module, const StateDict& sta
   return detail::load_state_dict<detail::NnAdapter>(module, state_dict, strict, assign);
 }
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -8,8 +8,9 @@
 
 #include "modhooks/core/error.h"
 #include "modhooks/state/state_dict.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 
 StateDict StateDict::from(const c10::IValue& value) {
   if (!value.isGenericDict()) {
@@ -41,4 +42,4 @@ c10::IValue StateDict::to_ivalue() const {
   return c10::IValue(std::move(dict));
 }
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -26,7 +26,7 @@
 
 #include "modhooks/core/error.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace optim {
 namespace {
 
@@ -499,4 +499,4 @@ c10::IValue state_dict(const torch::optim::Optimizer& optimizer) {
 }
 
 }  // namespace optim
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

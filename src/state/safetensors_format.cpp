@@ -16,8 +16,9 @@
 #include "file_io.h"
 #include "formats.h"
 #include "modhooks/core/error.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
@@ -453,4 +454,4 @@ void write_safetensors(const StateDict& state_dict, Sink& out) {
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -20,10 +20,11 @@
 #include "file_io.h"
 #include "formats.h"
 #include "modhooks/core/error.h"
+#include "modhooks/version.h"
 #include "unpickler.h"
 #include "zip_check.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
@@ -582,4 +583,4 @@ void write_torch_save_object(const c10::IValue& object, Sink& out) {
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

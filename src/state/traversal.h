@@ -23,8 +23,9 @@
 #include "modhooks/core/error.h"
 #include "modhooks/state/state_dict.h"
 #include "modhooks/state/state_hooks.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// The traversal behind `state_dict` and `load_state_dict`, written once for every module kind.
@@ -493,4 +494,4 @@ IncompatibleKeys load_state_dict(typename Adapter::Module& module, const StateDi
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

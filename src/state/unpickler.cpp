@@ -23,8 +23,9 @@
 #include "byte_io.h"
 #include "dtypes.h"
 #include "modhooks/core/error.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
@@ -1307,4 +1308,4 @@ c10::IValue unpickle_object(std::string_view pickle, const StorageLoader& load_s
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

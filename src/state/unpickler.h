@@ -12,8 +12,9 @@
 #include <string_view>
 
 #include "modhooks/state/state_dict.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// Gives the unpickler the bytes of storage `key` ("data/<key>" in the archive) as a storage of
@@ -59,4 +60,4 @@ c10::IValue unpickle_object(std::string_view pickle, const StorageLoader& load_s
                             PickleEnd* end = nullptr);
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -15,8 +15,9 @@
 
 #include "byte_io.h"
 #include "modhooks/core/error.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
@@ -337,4 +338,4 @@ at::DataPtr ZipArchive::read(const ZipRecord& record) const {
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

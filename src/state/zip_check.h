@@ -9,7 +9,9 @@
 #include <string>
 #include <unordered_map>
 
-namespace modhooks {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// One stored record of a checked archive.
@@ -58,4 +60,4 @@ class ZipArchive {
 };
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "modhooks/device/detail/acl_types.h"
+#include "modhooks/version.h"
 
-namespace modhooks::device::detail::acl_own {
+MODHOOKS_BEGIN_NAMESPACE
+namespace device::detail::acl_own {
 
 struct aclTensor {
   std::vector<int64_t> dims;
@@ -35,4 +37,5 @@ struct aclOpExecutor {
   double factor;
 };
 
-}  // namespace modhooks::device::detail::acl_own
+}  // namespace device::detail::acl_own
+MODHOOKS_END_NAMESPACE

@@ -5,7 +5,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace modhooks {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
 
 /// \addtogroup api_core
 /// @{
@@ -34,4 +36,4 @@ namespace detail {
 [[noreturn]] inline void fail(const std::string& message) { throw Error(message); }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -7,7 +7,9 @@
 #include <memory>
 #include <utility>
 
-namespace modhooks {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// What a handle points at: a table that can drop one of its hooks by id. Handles keep only a
@@ -117,4 +119,4 @@ class ScopedHandle {
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

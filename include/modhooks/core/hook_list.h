@@ -12,8 +12,9 @@
 
 #include "modhooks/core/handle.h"
 #include "modhooks/core/spin_lock.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// Hooks that take `call` off its fast path, counted over every live table of the process.
@@ -195,4 +196,4 @@ RemovableHandle make_handle(const std::shared_ptr<Owner>& owner, HookList<Hook>&
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

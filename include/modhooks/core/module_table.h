@@ -10,8 +10,9 @@
 #include <vector>
 
 #include "modhooks/core/spin_lock.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// Maps a module's identity (an address) to its hook tables.
@@ -163,4 +164,4 @@ class ModuleTable {
 };
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <thread>
 
-namespace modhooks {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// A lock for the few instructions of a hook-table lookup or snapshot, taken on every hooked
@@ -28,4 +30,4 @@ class SpinLock {
 };
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

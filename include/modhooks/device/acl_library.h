@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
-namespace modhooks::device {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace device {
 
 /// \addtogroup api_device
 /// @{
@@ -38,4 +41,5 @@ std::vector<std::string> acl_search_paths();
 
 /// @}
 
-}  // namespace modhooks::device
+}  // namespace device
+MODHOOKS_END_NAMESPACE

@@ -19,7 +19,10 @@
 #include <cstddef>
 #include <optional>
 
-namespace modhooks::device {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace device {
 
 /// \addtogroup api_device
 /// @{
@@ -68,4 +71,5 @@ const Backend& backend_for(const c10::Device& device);
 
 /// @}
 
-}  // namespace modhooks::device
+}  // namespace device
+MODHOOKS_END_NAMESPACE

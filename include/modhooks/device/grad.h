@@ -26,7 +26,10 @@
 #include <utility>
 #include <vector>
 
-namespace modhooks::grad {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace grad {
 namespace detail {
 
 using TensorList = std::vector<at::Tensor>;
@@ -221,4 +224,5 @@ inline CheckFinite check_finite() { return CheckFinite(); }
 
 /// @}
 
-}  // namespace modhooks::grad
+}  // namespace grad
+MODHOOKS_END_NAMESPACE

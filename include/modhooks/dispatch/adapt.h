@@ -14,8 +14,9 @@
 #include "modhooks/core/handle.h"
 #include "modhooks/core/hook_list.h"
 #include "modhooks/dispatch/kinds.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// The type hooks receive for a module of type `T`: `torch::nn::Module` for every nn module,
@@ -106,4 +107,4 @@ RemovableHandle add_hook(const std::shared_ptr<Hooks>& hooks, List Hooks::*list,
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

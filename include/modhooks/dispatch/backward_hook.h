@@ -17,8 +17,9 @@
 #include <vector>
 
 #include "modhooks/dispatch/hook_types.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// The full-backward-hook wiring of one hooked call, Python's `torch.utils.hooks.BackwardHook`.
@@ -180,4 +181,4 @@ void wrap_output(BackwardHookBase& hook, R& result) {
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -16,8 +16,9 @@
 
 #include "modhooks/dispatch/backward_hook.h"
 #include "modhooks/dispatch/hook_types.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// A value shown to hooks that may borrow its object: it holds the object without a reference
@@ -167,4 +168,4 @@ class Dispatch {
 };
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

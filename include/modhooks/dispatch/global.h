@@ -10,8 +10,9 @@
 #include "modhooks/core/handle.h"
 #include "modhooks/dispatch/hook_types.h"
 #include "modhooks/dispatch/kinds.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// How many global hooks for modules of kind `M` exist: `call` reads it inline, beside the filter
@@ -43,4 +44,4 @@ global_hooks<torch::jit::Module>();
 const std::shared_ptr<HookTableBase>& global_hook_tables();
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

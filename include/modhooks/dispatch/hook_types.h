@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "modhooks/core/hook_list.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 
 /// \addtogroup api_register
 /// @{
@@ -133,4 +134,4 @@ struct HookSnapshots {
 };
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -8,7 +8,9 @@
 #include <functional>
 #include <memory>
 
-namespace modhooks {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
 namespace dist {
 
 /// \addtogroup api_dist
@@ -123,4 +125,4 @@ CommHook bf16_compress();
 
 /// @}
 }  // namespace dist
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -18,8 +18,9 @@
 #include "modhooks/dist/comm_hooks.h"
 #include "modhooks/nn/call.h"
 #include "modhooks/state/state_dict.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace dist {
 
 /// \addtogroup api_dist
@@ -372,4 +373,4 @@ void consume_prefix_in_state_dict_if_present(StateDict& state_dict, const std::s
 /// @}
 
 }  // namespace dist
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <string>
 
-namespace modhooks {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
 namespace dist {
 
 /// \addtogroup api_dist
@@ -112,4 +114,4 @@ bool is_nccl_available();
 /// @}
 
 }  // namespace dist
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -10,8 +10,9 @@
 
 #include "modhooks/core/hook_list.h"
 #include "modhooks/jit/registry.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue> inputs);
 }  // namespace detail
@@ -44,4 +45,4 @@ inline c10::IValue call(const torch::jit::Module& module, std::vector<c10::IValu
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

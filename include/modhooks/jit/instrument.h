@@ -6,7 +6,9 @@
 
 #include <string>
 
-namespace modhooks {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
 
 /// \addtogroup api_jit
 /// @{
@@ -59,4 +61,4 @@ void uninstrument(const torch::jit::Module& root);
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

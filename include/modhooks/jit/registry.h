@@ -10,8 +10,9 @@
 
 #include "modhooks/core/module_table.h"
 #include "modhooks/dispatch/hook_types.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// Where TorchScript modules' hooks live. `torch::jit::Module` is a value handle: every copy,
@@ -69,4 +70,4 @@ void require_full_calls_everywhere();
 std::string python_class_name(const torch::jit::Module& module);
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

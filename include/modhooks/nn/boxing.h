@@ -16,8 +16,9 @@
 
 #include "modhooks/core/error.h"
 #include "modhooks/dispatch/dispatch.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// Converts typed `forward` arguments and results to the `c10::IValue`s hooks see, and back.
@@ -220,4 +221,4 @@ void unbox_all(const std::vector<c10::IValue>& boxed, std::tuple<Ts...>& values)
 }
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -22,8 +22,9 @@
 #include "modhooks/dispatch/global.h"
 #include "modhooks/nn/boxing.h"
 #include "modhooks/nn/registry.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// Runs `unbox`, which converts a hook's replacement back into forward's types; a value they
@@ -150,4 +151,4 @@ auto call(M&& module, Args&&... args)
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

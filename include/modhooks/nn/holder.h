@@ -9,8 +9,9 @@
 #include <utility>
 
 #include "modhooks/nn/call.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace nn {
 
 /// \addtogroup api_nn
@@ -82,7 +83,7 @@ class ModuleHolder : public torch::nn::ModuleHolder<Impl> {
 /// @}
 
 }  // namespace nn
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE
 
 /// \addtogroup api_nn
 /// @{

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "modhooks/nn/holder.h"
+#include "modhooks/version.h"
 
 /// modhooks::nn mirrors every module holder of torch::nn except the containers (no forward of
 /// their own; modhooks::Sequential stands for torch::nn::Sequential) and Functional (a wrapper of
@@ -58,7 +59,7 @@
 #define MODHOOKS_NN_HOLDERS_2_2(X)
 #endif
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace nn {
 
 #define MODHOOKS_NN_HOLDER(Name) MODHOOKS_MODULE_IMPL(Name, torch::nn::Name##Impl);
@@ -290,7 +291,7 @@ inline const std::vector<std::string>& holder_names() {
 
 }  // namespace detail
 }  // namespace nn
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE
 
 #undef MODHOOKS_NN_HOLDERS_1_13
 #undef MODHOOKS_NN_HOLDERS_2_1

@@ -13,8 +13,9 @@
 #include "modhooks/core/module_table.h"
 #include "modhooks/dispatch/dispatch.h"
 #include "modhooks/dispatch/hook_types.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 using NnHooks = ModuleHooks<torch::nn::Module>;
@@ -127,4 +128,4 @@ using IfNnModule = std::enable_if_t<
     int>;
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -22,8 +22,9 @@
 
 #include "modhooks/nn/call.h"
 #include "modhooks/nn/holder.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// `FORWARD_HAS_DEFAULT_ARGS` lets AnyModule fill in the default arguments of a module's
@@ -375,4 +376,4 @@ class Sequential : public nn::ModuleHolder<SequentialImpl> {
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -8,8 +8,9 @@
 #include <string>
 
 #include "modhooks/nn/registry.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 std::shared_ptr<torch::nn::Module> submodule(torch::nn::Module& root, const std::string& name);
 }  // namespace detail
@@ -34,4 +35,4 @@ std::shared_ptr<torch::nn::Module> submodule(M&& root, const std::string& name) 
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

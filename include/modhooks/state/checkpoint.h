@@ -5,8 +5,9 @@
 #include <string>
 
 #include "modhooks/state/state_dict.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 
 /// \addtogroup api_state
 /// @{
@@ -84,4 +85,4 @@ StateDict load(const std::string& path, const LoadOptions& options);
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -10,8 +10,9 @@
 
 #include "modhooks/state/checkpoint.h"
 #include "modhooks/state/module_state.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// The module's `load_state_dict`, which `load_model` runs on the file's tensors.
@@ -85,4 +86,4 @@ void save_model(M&& module, const std::string& path, std::uint64_t max_shard_siz
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

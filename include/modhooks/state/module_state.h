@@ -9,8 +9,9 @@
 #include "modhooks/module_ref.h"
 #include "modhooks/state/state_dict.h"
 #include "modhooks/state/state_hooks.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 
 /// \addtogroup api_state
 /// @{
@@ -92,4 +93,4 @@ IncompatibleKeys load_state_dict(M&& module, const StateDict& state_dict, bool s
                          strict, assign);
 }
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -7,8 +7,9 @@
 #include <string>
 
 #include "modhooks/state/checkpoint.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 
 /// \addtogroup api_state
 /// @{
@@ -57,4 +58,4 @@ void save_object(const c10::IValue& object, const std::string& path);
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

@@ -4,13 +4,15 @@
 
 #include <ATen/core/ivalue.h>
 
+#include "modhooks/version.h"
+
 namespace torch {
 namespace optim {
 class Optimizer;
 }  // namespace optim
 }  // namespace torch
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace optim {
 
 /// \addtogroup api_state
@@ -58,4 +60,4 @@ c10::IValue state_dict(const torch::optim::Optimizer& optimizer);
 /// @}
 
 }  // namespace optim
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

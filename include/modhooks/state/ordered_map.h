@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "modhooks/core/error.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 
 /// \addtogroup api_state
 /// @{
@@ -231,4 +232,4 @@ class OrderedMap {
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

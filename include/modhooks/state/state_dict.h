@@ -9,12 +9,13 @@
 #include <string>
 
 #include "modhooks/state/ordered_map.h"
+#include "modhooks/version.h"
 
 namespace c10 {
 struct IValue;
 }  // namespace c10
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 
 /// \addtogroup api_state
 /// @{
@@ -74,4 +75,4 @@ class StateDict : public OrderedMap<at::Tensor> {
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

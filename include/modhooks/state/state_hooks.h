@@ -18,8 +18,9 @@
 #include "modhooks/dispatch/adapt.h"
 #include "modhooks/module_ref.h"
 #include "modhooks/state/state_dict.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 
 /// \addtogroup api_state
 /// @{
@@ -221,4 +222,4 @@ void set_state_dict_version(M&& module, std::int64_t version) {
 
 /// @}
 
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE

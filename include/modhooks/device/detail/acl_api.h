@@ -10,8 +10,10 @@
 /// that those headers declare.
 
 #include "modhooks/device/detail/acl_types.h"
+#include "modhooks/version.h"
 
-namespace modhooks::device::detail::acl {
+MODHOOKS_BEGIN_NAMESPACE
+namespace device::detail::acl {
 
 #ifdef MODHOOKS_ACL_REAL_HEADERS
 // Checking mode: spell the prototypes with CANN's own types from <acl/acl.h>.
@@ -67,4 +69,5 @@ using MulsGetWorkspaceSizeFn = aclnnStatus (*)(const aclTensor* self, const aclS
 using MulsFn = aclnnStatus (*)(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
                                aclrtStream stream);
 
-}  // namespace modhooks::device::detail::acl
+}  // namespace device::detail::acl
+MODHOOKS_END_NAMESPACE

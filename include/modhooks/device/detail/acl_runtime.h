@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "modhooks/device/detail/acl_api.h"
+#include "modhooks/version.h"
 
-namespace modhooks::device::detail {
+MODHOOKS_BEGIN_NAMESPACE
+namespace device::detail {
 
 /// Entry points resolved with dlsym; all non-null except destroy_executor (newer CANN only).
 struct AclFunctions {
@@ -96,4 +98,5 @@ class DeviceBinding {
   int32_t previous_ = -1;  // -1: nothing to restore
 };
 
-}  // namespace modhooks::device::detail
+}  // namespace device::detail
+MODHOOKS_END_NAMESPACE

@@ -10,7 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace modhooks::device::detail::acl_own {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace device::detail::acl_own {
 
 // acl/acl_base.h
 typedef int aclError;
@@ -74,4 +77,5 @@ constexpr aclError kErrorBadAlloc = 200000;
 constexpr aclError kErrorRtContextNull = 107002;
 constexpr aclError kErrorRtInternal = 507000;
 
-}  // namespace modhooks::device::detail::acl_own
+}  // namespace device::detail::acl_own
+MODHOOKS_END_NAMESPACE

@@ -11,7 +11,10 @@
 #include <cstdint>
 #include <vector>
 
-namespace modhooks::device::detail {
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace device::detail {
 
 /// A dense, contiguous block of `sizes` elements of `dtype` at device address `data`.
 struct NpuBuffer {
@@ -34,4 +37,5 @@ void npu_mul(const NpuBuffer& src, double factor, const NpuBuffer& dst);
 /// Copies `src` into `host` (src.nbytes() bytes) on the stream and waits for it.
 void npu_copy_to_host(const NpuBuffer& src, void* host);
 
-}  // namespace modhooks::device::detail
+}  // namespace device::detail
+MODHOOKS_END_NAMESPACE

@@ -9,8 +9,9 @@
 
 #include "modhooks/state/checkpoint.h"
 #include "modhooks/state/state_dict.h"
+#include "modhooks/version.h"
 
-namespace modhooks {
+MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 enum class CheckpointFormat { kTorchSave, kSafetensors };
@@ -31,4 +32,4 @@ c10::IValue load_object_from_bytes(std::string_view bytes, const LoadOptions& op
 std::string save_to_bytes(const StateDict& state_dict, CheckpointFormat format);
 
 }  // namespace detail
-}  // namespace modhooks
+MODHOOKS_END_NAMESPACE
