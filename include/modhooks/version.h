@@ -50,7 +50,7 @@
 /// against another. Every file of modhooks opens its namespace with these two macros.
 #define MODHOOKS_BEGIN_NAMESPACE \
   namespace modhooks {           \
-  inline namespace MODHOOKS_API MODHOOKS_ABI_NAME(MODHOOKS_VERSION_MAJOR, MODHOOKS_VERSION_MINOR) {
+  inline namespace MODHOOKS_ABI_NAME(MODHOOKS_VERSION_MAJOR, MODHOOKS_VERSION_MINOR) MODHOOKS_API {
 /// Closes what `MODHOOKS_BEGIN_NAMESPACE` opened.
 #define MODHOOKS_END_NAMESPACE \
   }                            \

@@ -161,7 +161,7 @@ class ShownArgs {
     }
     try {
       args_->reserve(std::tuple_size_v<Tuple>);
-      std::apply([this](const auto&... v) { (push(v), ...); }, values);
+      std::apply([&](const auto&... v) { (push(v), ...); }, values);
     } catch (...) {
       release();
       throw;
