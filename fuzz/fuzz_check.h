@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/CPUAllocator.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "modhooks/core/error.h"
 #include "modhooks/state/detail/checkpoint_bytes.h"
 #include "modhooks/state/state_dict.h"
 
@@ -19,6 +21,22 @@ namespace modhooks_fuzz {
 [[noreturn]] inline void violated(const std::string& what) {
   std::fprintf(stderr, "modhooks fuzz invariant violated: %s\n", what.c_str());
   std::abort();
+}
+
+/// Stands in for a torch.save archive's records behind a bare pickle: any storage up to a bound
+/// exists, filled with a pattern; a larger one is missing, as a record the zip does not hold
+/// would be.
+inline c10::Storage fake_record(const std::string& key, c10::ScalarType dtype,
+                                std::uint64_t numel) {
+  constexpr std::uint64_t kMaxRecordBytes = 1 << 16;
+  std::uint64_t nbytes = 0;
+  if (__builtin_mul_overflow(numel, c10::elementSize(dtype), &nbytes) || nbytes > kMaxRecordBytes) {
+    modhooks::detail::fail("no record data/" + key);
+  }
+  c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<std::int64_t>(nbytes),
+                       c10::GetCPUAllocator(), /*resizable=*/false);
+  if (nbytes != 0) std::memset(storage.mutable_data(), 0x5a, nbytes);
+  return storage;
 }
 
 /// Same dtype, sizes and bytes: NaNs and -0.0 compare by their bits, as a file stores them.

@@ -3,35 +3,14 @@
 //
 // The unpickler alone, on a bare data.pkl: the zip around it in a torch.save file costs the
 // fuzzer most mutations before one reaches the pickle, so here every byte is pickle.
-#include <c10/core/CPUAllocator.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <string_view>
 
 #include "fuzz_check.h"
 #include "modhooks/core/error.h"
 #include "unpickler.h"
-
-namespace {
-
-/// Stands in for the archive's records: any storage up to a bound exists, filled with a
-/// pattern; a larger one is missing, as a record the zip does not hold would be.
-c10::Storage fake_record(const std::string& key, c10::ScalarType dtype, std::uint64_t numel) {
-  constexpr std::uint64_t kMaxRecordBytes = 1 << 16;
-  std::uint64_t nbytes = 0;
-  if (__builtin_mul_overflow(numel, c10::elementSize(dtype), &nbytes) || nbytes > kMaxRecordBytes) {
-    modhooks::detail::fail("no record data/" + key);
-  }
-  c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<std::int64_t>(nbytes),
-                       c10::GetCPUAllocator(), /*resizable=*/false);
-  if (nbytes != 0) std::memset(storage.mutable_data(), 0x5a, nbytes);
-  return storage;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   modhooks::StateDict sd;
@@ -40,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // 1 MiB, less the pickle's own bytes.
     static const std::string kRule = "16 times the pickle's size plus 1 MiB";
     sd = modhooks::detail::unpickle_state_dict(
-        std::string_view(reinterpret_cast<const char*>(data), size), fake_record,
+        std::string_view(reinterpret_cast<const char*>(data), size), modhooks_fuzz::fake_record,
         15 * std::uint64_t{size} + (std::uint64_t{1} << 20), kRule);
   } catch (const modhooks::Error&) {
     return 0;  // rejected, as hostile input should be; any other exception escapes and aborts

@@ -3,8 +3,8 @@
 from every structure the readers accept (each dtype, views, shared storages, parameters, module
 state dicts with _metadata, pickle protocols 2 to 5) and from some they must reject.
 
-    python make_corpus.py OUT   ->  OUT/torch_save, OUT/unpickler, OUT/safetensors,
-                                    OUT/load_state_dict
+    python make_corpus.py OUT   ->  OUT/torch_save, OUT/unpickler, OUT/load_object,
+                                    OUT/safetensors, OUT/load_state_dict
 """
 import io
 import os
@@ -98,6 +98,23 @@ def main(out):
     for protocol in range(2, 6):
         write(f"{out}/unpickler", f"py_objects_p{protocol}.pkl",
               pickle.dumps(OrderedDict(a=1, b=(1, 2, 3), c={"d": None, "e": True}), protocol))
+    # load_object: what a training script saves, beside every pickle above.
+    for name in os.listdir(f"{out}/unpickler"):
+        with open(f"{out}/unpickler/{name}", "rb") as f:
+            write(f"{out}/load_object", name, f.read())
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    shared = [1, 2]
+    for name, obj in {"training": {"model": model.state_dict(),
+                                   "optimizer": optimizer.state_dict(), "epoch": 3},
+                      "values": [1.5, -0.0, float("nan"), 2 ** 62, "text", None, True, 1 + 2j,
+                                 (torch.Size([2, 3]), torch.float16, torch.device("cpu"))],
+                      "shared": {"a": shared, "b": shared, "t": torch.ones(2)[1:]}}.items():
+        for protocol in (2, 4):
+            write(f"{out}/load_object", f"{name}_p{protocol}.pkl",
+                  data_pkl(torch_save_bytes(obj, protocol)))
     rng = random.Random(0)
     for i in range(8):
         write(f"{out}/load_state_dict", f"random_{i}", rng.randbytes(64 << (i % 4)))

@@ -4,7 +4,7 @@
 # seed corpora (Python torch's and safetensors' files, and modhooks' own) and runs each target
 # for RUNS executions, one after another, printing how many each ran.
 #
-#   bash scripts/fuzz.sh [RUNS [TARGET...]]       RUNS defaults to 1000000, TARGET to all four
+#   bash scripts/fuzz.sh [RUNS [TARGET...]]       RUNS defaults to 1000000, TARGET to all five
 #
 # MODHOOKS_FUZZ_SECONDS, when set, also bounds each target's time (libFuzzer's -max_total_time).
 # A crash, leak, sanitizer report or broken invariant stops the run with a non-zero exit; the
@@ -17,7 +17,7 @@ source "$root/scripts/setup.sh"
 runs="${1:-1000000}"
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_torch_save fuzz_unpickler fuzz_safetensors fuzz_load_state_dict)
+((${#targets[@]})) || targets=(fuzz_torch_save fuzz_unpickler fuzz_load_object fuzz_safetensors fuzz_load_state_dict)
 build="$root/build-fuzz"
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -43,7 +43,7 @@ for target in "${targets[@]}"; do
   name="${target#fuzz_}"
   case "$name" in
     torch_save) dict=(-dict="$build/torch_save.dict") ;;
-    unpickler) dict=(-dict="$root/fuzz/pickle.dict") ;;
+    unpickler | load_object) dict=(-dict="$root/fuzz/pickle.dict") ;;
     safetensors) dict=(-dict="$root/fuzz/safetensors.dict") ;;
     *) dict=() ;;
   esac
