@@ -28,10 +28,8 @@ namespace detail {
 namespace {
 
 /// What a copy holds beside the model at most: the pinned staging buffer of a CUDA target, the
-/// pages of a mapped record being converted to another dtype. The CRC-32 check reads through a
-/// buffer of kCrcBuffer.
+/// pages of a mapped record being converted to another dtype or checked against its CRC-32.
 constexpr std::uint64_t kChunk = std::uint64_t{16} << 20;
-constexpr std::size_t kCrcBuffer = std::size_t{1} << 20;
 
 /// An index is read whole; Hugging Face's run to a few megabytes.
 constexpr std::uint64_t kMaxIndexSize = 100'000'000;
@@ -56,6 +54,21 @@ Source source_of(const at::Tensor& tensor) {
 /// `load_state_dict`.
 void bump_version(const at::Tensor& tensor) { tensor.unsafeGetTensorImpl()->bump_version(); }
 
+/// Whether `record`'s bytes match its CRC-32, read from the mapping a chunk at a time, each
+/// chunk's pages dropped after it: the check reads the file once, without a copy, and holds
+/// kChunk of it.
+bool crc_matches(const MappedRecord& record) {
+  const char* data = record.file->data() + record.offset;
+  std::uint32_t crc = 0;  // libdeflate_crc32's initial value
+  for (std::uint64_t done = 0; done < record.size;) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, record.size - done));
+    crc = ::libdeflate_crc32(crc, data + done, n);
+    record.file->release(data + done, n);
+    done += n;
+  }
+  return crc == *record.crc;
+}
+
 /// load_model's copy: the file's bytes read (pread) straight into a CPU tensor's memory, or
 /// through a pinned buffer of kChunk into a CUDA tensor's; conversions of dtype or layout go
 /// through the mapping, kChunk at a time, its pages dropped after each.
@@ -63,7 +76,6 @@ class FileCopy final : public DirectCopy {
  public:
   void prepare(const std::vector<std::pair<at::Tensor, at::Tensor>>& copies) override {
     std::unordered_set<const MappedRecord*> checked;
-    std::vector<unsigned char> buffer;
     for (const auto& [target, source] : copies) {
       // A conversion libtorch lacks (an old libtorch's float8 to complex) fails here, on one
       // element, rather than halfway through the model.
@@ -73,17 +85,9 @@ class FileCopy final : public DirectCopy {
       }
       const MappedRecord* record = source_of(source).record;
       if (record == nullptr || !record->crc || !checked.insert(record).second) continue;
-      if (buffer.empty()) buffer.resize(kCrcBuffer);
-      std::uint32_t crc = 0;  // libdeflate_crc32's initial value
-      for (std::uint64_t done = 0; done < record->size;) {
-        const std::size_t n =
-            static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), record->size - done));
-        read_exactly(record->file->file(), record->offset + done, buffer.data(), n,
-                     record->name.c_str());
-        crc = ::libdeflate_crc32(crc, buffer.data(), n);
-        done += n;
+      if (!crc_matches(*record)) {
+        fail(record->name + " fails its CRC-32 check (the file is damaged)");
       }
-      if (crc != *record->crc) fail(record->name + " fails its CRC-32 check (the file is damaged)");
     }
   }
 
