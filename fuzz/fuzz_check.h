@@ -23,6 +23,13 @@ namespace modhooks_fuzz {
   std::abort();
 }
 
+/// The budget torch.save's reader gives the pickle of a file of the pickle's size: 16 times its
+/// size plus 1 MiB, less the pickle's own bytes; `kPickleBudgetRule` is how errors quote it.
+inline std::uint64_t pickle_budget(std::size_t size) {
+  return 15 * std::uint64_t{size} + (std::uint64_t{1} << 20);
+}
+inline const std::string kPickleBudgetRule = "16 times the pickle's size plus 1 MiB";
+
 /// Stands in for a torch.save archive's records behind a bare pickle: any storage up to a bound
 /// exists, filled with a pattern; a larger one is missing, as a record the zip does not hold
 /// would be.

@@ -54,6 +54,12 @@ std::uint64_t dense_bytes(const c10::IValue& value, int depth = 0) {
 bool same(const c10::IValue& a, const c10::IValue& b) {
   if (a.tagKind() != b.tagKind()) return false;
   if (a.isTensor()) return modhooks_fuzz::identical(a.toTensor(), b.toTensor());
+  if (a.isStorage()) {
+    const c10::Storage& x = a.toStorage();
+    const c10::Storage& y = b.toStorage();
+    return x.nbytes() == y.nbytes() &&
+           (x.nbytes() == 0 || std::memcmp(x.data(), y.data(), x.nbytes()) == 0);
+  }
   if (a.isDouble()) {
     const double x = a.toDouble();
     const double y = b.toDouble();
@@ -92,11 +98,9 @@ bool same(const c10::IValue& a, const c10::IValue& b) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   c10::IValue object;
   try {
-    // The budget load_object gives a file of the pickle's size (see fuzz_unpickler.cpp).
-    static const std::string kRule = "16 times the pickle's size plus 1 MiB";
     object = modhooks::detail::unpickle_object(
         std::string_view(reinterpret_cast<const char*>(data), size), modhooks_fuzz::fake_record,
-        15 * std::uint64_t{size} + (std::uint64_t{1} << 20), kRule);
+        modhooks_fuzz::pickle_budget(size), modhooks_fuzz::kPickleBudgetRule);
   } catch (const modhooks::Error&) {
     return 0;  // rejected, as hostile input should be; any other exception escapes and aborts
   }

@@ -15,12 +15,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   modhooks::StateDict sd;
   try {
-    // The budget torch.save's reader gives a file of the pickle's size: 16 times its size plus
-    // 1 MiB, less the pickle's own bytes.
-    static const std::string kRule = "16 times the pickle's size plus 1 MiB";
     sd = modhooks::detail::unpickle_state_dict(
         std::string_view(reinterpret_cast<const char*>(data), size), modhooks_fuzz::fake_record,
-        15 * std::uint64_t{size} + (std::uint64_t{1} << 20), kRule);
+        modhooks_fuzz::pickle_budget(size), modhooks_fuzz::kPickleBudgetRule);
   } catch (const modhooks::Error&) {
     return 0;  // rejected, as hostile input should be; any other exception escapes and aborts
   }

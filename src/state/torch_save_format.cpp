@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/CPUAllocator.h>
 #include <caffe2/serialize/inline_container.h>
 
@@ -258,6 +259,8 @@ class ObjectPickler {
       w_.reduce();
     } else if (v.isTensor()) {
       tensor(v.toTensor(), where);
+    } else if (v.isStorage()) {
+      storage(v.toStorage());
     } else if (v.isTuple() || v.isList() || v.isGenericDict()) {
       container(v, where, depth + 1);
     } else {
@@ -276,6 +279,28 @@ class ObjectPickler {
     pickle_tensor(w_, std::to_string(tensors_.size()), t, names);
     tensors_.push_back(t);
     remember(identity);
+  }
+
+  /// A storage on its own, as Python saves `tensor.untyped_storage()`: its persistent id alone,
+  /// with the record of its bytes. An IValue's storage has no dtype, so Python reads it back as a
+  /// TypedStorage of uint8 (load_object as the same bytes). Python writes the persistent id at
+  /// each reference and shares by key; so does this.
+  void storage(const c10::Storage& storage) {
+    auto [found, added] = storage_keys_.try_emplace(storage.unsafeGetStorageImpl(), "");
+    if (added) {
+      found->second = std::to_string(tensors_.size());
+      tensors_.push_back(
+          at::empty({0}, at::TensorOptions().dtype(at::kByte).device(storage.device()))
+              .set_(storage));
+    }
+    w_.mark();
+    w_.str("storage");
+    w_.global("torch.storage", "UntypedStorage");
+    w_.str(found->second);
+    w_.str("cpu");
+    w_.integer(static_cast<std::int64_t>(storage.nbytes()));
+    w_.tuple();
+    w_.persistent_id();
   }
 
   void container(const c10::IValue& v, const std::string& where, int depth) {
@@ -341,6 +366,7 @@ class ObjectPickler {
   PickleWriter w_;
   std::vector<at::Tensor> tensors_;
   std::unordered_map<const void*, std::uint32_t> memo_;
+  std::unordered_map<const c10::StorageImpl*, std::string> storage_keys_;
   std::uint64_t next_memo_ = 0;
 };
 

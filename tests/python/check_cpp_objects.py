@@ -74,6 +74,11 @@ def main(d):
     twice = values["twice"]
     expect(twice[0] is twice[1], "a tensor saved twice is one tensor")
     expect(values["dicts"][0] is values["dicts"][1], "a dict saved twice is one dict")
+    first, second = values["storage"]
+    expect(first.dtype == torch.uint8 and bytes(first._untyped_storage.tolist()) ==
+           torch.arange(3, dtype=torch.float32).numpy().tobytes(),
+           "a storage on its own reads back as its bytes")
+    expect(first._untyped_storage is second._untyped_storage, "a storage saved twice is one")
     view = values["transposed"]
     expect(view.is_contiguous() and torch.equal(view, torch.arange(6.0).view(2, 3).t()),
            "a transposed view is written contiguous")
