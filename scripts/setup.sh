@@ -8,7 +8,8 @@
 #     wheel's ProcessGroupGloo.hpp includes them but the wheel does not ship them)
 #   - .venv/: the pinned PyPI torch, whose libtorch is the default build target and whose Python
 #     is the oracle of the differential tests, plus safetensors and numpy
-# Source it to get MODHOOKS_TORCH_PREFIX, MODHOOKS_PYTHON and the ccache settings.
+# Source it to get MODHOOKS_TORCH_PREFIX, MODHOOKS_PYTHON and the ccache settings; sourced, it
+# also leaves `set -euo pipefail` on in the caller (.ci/run relies on that).
 set -euo pipefail
 MODHOOKS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODHOOKS_TORCH_VERSION=2.15.0
