@@ -35,7 +35,8 @@
 
 /// What the library exports: everything declared in modhooks' namespace. The library is built
 /// with hidden visibility (CMake's CXX_VISIBILITY_PRESET), so the libtorch and standard-library
-/// code it instantiates stays inside it; the namespace below opts back in, which keeps one
+/// code it instantiates stays inside it, except members of classes libtorch itself marks
+/// visible; the namespace below opts back in, which keeps one
 /// definition of each modhooks function, type and process-wide table for every shared object of
 /// a process.
 #if defined(__GNUC__) || defined(__clang__)
