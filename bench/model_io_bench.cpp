@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "modhooks/state/checkpoint.h"
-#include "modhooks/state/model_io.h"
+#include "modhooks/checkpoint/checkpoint.h"
+#include "modhooks/checkpoint/model_io.h"
 #include "paired.h"
 
 namespace {

@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "modhooks/checkpoint/detail/checkpoint_bytes.h"
 #include "modhooks/modhooks.h"
-#include "modhooks/state/detail/checkpoint_bytes.h"
 #include "paired.h"
 
 namespace {

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "modhooks/checkpoint/detail/checkpoint_bytes.h"
 #include "modhooks/core/error.h"
-#include "modhooks/state/detail/checkpoint_bytes.h"
 #include "modhooks/state/state_dict.h"
 
 namespace modhooks_fuzz {

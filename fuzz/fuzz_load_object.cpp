@@ -15,8 +15,8 @@
 
 #include "formats.h"
 #include "fuzz_check.h"
+#include "modhooks/checkpoint/detail/checkpoint_bytes.h"
 #include "modhooks/core/error.h"
-#include "modhooks/state/detail/checkpoint_bytes.h"
 #include "unpickler.h"
 
 namespace {

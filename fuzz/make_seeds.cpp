@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <string>
 
-#include "modhooks/state/checkpoint.h"
+#include "modhooks/checkpoint/checkpoint.h"
 #include "modhooks/state/module_state.h"
 
 namespace {

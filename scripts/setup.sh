@@ -4,8 +4,9 @@
 #   - Debian packages: compiler, CMake, fmt, GoogleTest, Google Benchmark, nlohmann-json,
 #     libdeflate (CRC-32), ccache,
 #     and Debian's libtorch 1.13 (the oldest libtorch modhooks supports; used by .ci/run), clang
-#     with libFuzzer (scripts/fuzz.sh), gloo's headers (libgloo-dev, for modhooks::dist: the
-#     wheel's ProcessGroupGloo.hpp includes them but the wheel does not ship them)
+#     with libFuzzer (scripts/fuzz.sh), clang-tidy (.ci/run), gloo's headers (libgloo-dev, for
+#     modhooks::dist: the wheel's ProcessGroupGloo.hpp includes them but the wheel does not
+#     ship them)
 #   - .venv/: the pinned PyPI torch, whose libtorch is the default build target and whose Python
 #     is the oracle of the differential tests, plus safetensors and numpy
 # Source it to get MODHOOKS_TORCH_PREFIX, MODHOOKS_PYTHON and the ccache settings; sourced, it
@@ -16,6 +17,7 @@ MODHOOKS_TORCH_VERSION=2.15.0
 
 packages=(build-essential cmake ninja-build ccache libfmt-dev googletest libgtest-dev
   libbenchmark-dev nlohmann-json3-dev libdeflate-dev libtorch-dev python3-venv clang clang-format
+  clang-tidy
   rsync libgloo-dev doxygen)
 missing=()
 for p in "${packages[@]}"; do

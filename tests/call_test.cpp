@@ -86,8 +86,9 @@ TEST(Call, PreHookReturningTheWrongNumberOfArgumentsIsAClearError) {
       modhooks::register_forward_pre_hook(linear, [](torch::nn::Module&, const IValues& args) {
         return IValues{args[0], args[0]};
       }));
-  EXPECT_THROWS_WITH(modhooks::call(linear, at::randn({1, 2})),
-                     "forward pre-hook returned 2 arguments, but forward takes 1");
+  EXPECT_ERROR_WITH(modhooks::call(linear, at::randn({1, 2})), TypeError,
+                    "nn.hook.bad_argument_count",
+                    "forward pre-hook returned 2 arguments, but forward takes 1");
 }
 
 TEST(Call, ForwardHookReturningTheWrongTypeIsAClearError) {
@@ -96,7 +97,8 @@ TEST(Call, ForwardHookReturningTheWrongTypeIsAClearError) {
       linear, [](torch::nn::Module&, const IValues&, const c10::IValue&) {
         return c10::IValue(int64_t{1});
       }));
-  EXPECT_THROWS_WITH(modhooks::call(linear, at::randn({1, 2})), "Tensor");
+  EXPECT_ERROR_WITH(modhooks::call(linear, at::randn({1, 2})), TypeError, "nn.hook.bad_replacement",
+                    "Tensor");
 }
 
 TEST(Call, FastPathCounterFollowsRegistrationAndModuleDeath) {
@@ -228,13 +230,21 @@ TEST(Call, AReplacementForwardCannotHoldNamesTheHookAndTheModule) {
       linear, [](torch::nn::Module&, const std::vector<c10::IValue>&, const c10::IValue&) {
         return c10::IValue(3);
       }));
-  const std::string message = message_of([&] { modhooks::call(linear, at::randn({1, 2})); });
+  const std::string message = expect_error<modhooks::TypeError>(
+      [&] {
+        modhooks::call(linear, at::randn({1, 2}));
+      },
+      "nn.hook.bad_replacement");
   EXPECT_NE(message.find("forward hook of module Linear"), std::string::npos) << message;
   modhooks::ScopedHandle pre(modhooks::register_forward_pre_hook(
       linear, [](torch::nn::Module&, const std::vector<c10::IValue>&) {
         return std::vector<c10::IValue>{c10::IValue("text")};
       }));
-  const std::string pre_message = message_of([&] { modhooks::call(linear, at::randn({1, 2})); });
+  const std::string pre_message = expect_error<modhooks::TypeError>(
+      [&] {
+        modhooks::call(linear, at::randn({1, 2}));
+      },
+      "nn.hook.bad_replacement");
   EXPECT_NE(pre_message.find("forward pre-hook of module Linear"), std::string::npos)
       << pre_message;
 }

@@ -1,6 +1,6 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
-#include "modhooks/state/checkpoint.h"
+#include "modhooks/checkpoint/checkpoint.h"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/allclose.h>
@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "modhooks/state/detail/checkpoint_bytes.h"
+#include "modhooks/checkpoint/detail/checkpoint_bytes.h"
 #include "modhooks/state/module_state.h"
 #include "test_util.h"
 
@@ -233,11 +233,14 @@ TEST(Checkpoint, NewDtypesLoadWhereLibtorchHasThem) {
     expect_matches(modhooks::load(fixture("tensors_new.safetensors")),
                    expected()["tensors_new.safetensors"], false);
   } else {
-    EXPECT_NE(message_of([] { modhooks::load(fixture("dtypes_v3.pt")); }).find("'torch.uint16'"),
+    EXPECT_NE(expect_error<modhooks::FormatError>([] { modhooks::load(fixture("dtypes_v3.pt")); },
+                                                  "checkpoint.pickle.unsupported_dtype")
+                  .find("'torch.uint16'"),
               std::string::npos);
-    EXPECT_NE(message_of([] {
-                modhooks::load(fixture("tensors_new.safetensors"));
-              }).find("is not one this libtorch has"),
+    EXPECT_NE(expect_error<modhooks::FormatError>(
+                  [] { modhooks::load(fixture("tensors_new.safetensors")); },
+                  "checkpoint.safetensors.unsupported_dtype")
+                  .find("is not one this libtorch has"),
               std::string::npos);
   }
 }
@@ -249,7 +252,8 @@ TEST(Checkpoint, NewestDtypesLoadWhereLibtorchHasThem) {
     expect_matches(modhooks::load(fixture("tensors_e8m0.safetensors")),
                    expected()["tensors_e8m0.safetensors"], false);
   } else {
-    const std::string message = message_of([] { modhooks::load(fixture("dtypes_newest.pt")); });
+    const std::string message = expect_error<modhooks::FormatError>(
+        [] { modhooks::load(fixture("dtypes_newest.pt")); }, "checkpoint.pickle.unsupported_dtype");
     EXPECT_NE(message.find("dtype 'torch.float8_e8m0fnu' is not one this libtorch"),
               std::string::npos)
         << message;
@@ -267,7 +271,8 @@ TEST(Checkpoint, RefusesWhatIsNotAStateDict) {
 }
 
 TEST(Checkpoint, MissingFileNamesThePath) {
-  const std::string message = message_of([] { modhooks::load("/nonexistent/model.pt"); });
+  const std::string message = expect_error<modhooks::RuntimeError>(
+      [] { modhooks::load("/nonexistent/model.pt"); }, "checkpoint.io.open_failed");
   EXPECT_NE(message.find("/nonexistent/model.pt"), std::string::npos) << message;
   EXPECT_NE(message.find("No such file or directory"), std::string::npos) << message;
   EXPECT_EQ(message.find("enforce fail"), std::string::npos) << message;
@@ -276,15 +281,18 @@ TEST(Checkpoint, MissingFileNamesThePath) {
 TEST(Checkpoint, DirectoriesAndFifosAreRefusedWithoutBlocking) {
   const std::string dir = testing::TempDir() + "modhooks_dir.pt";
   ::mkdir(dir.c_str(), 0700);
-  std::string message = message_of([&] { modhooks::load(dir); });
+  std::string message = expect_error<modhooks::RuntimeError>([&] { modhooks::load(dir); },
+                                                             "checkpoint.io.not_a_file");
   EXPECT_NE(message.find(dir + "'): it is a directory"), std::string::npos) << message;
   ::rmdir(dir.c_str());
 
   const std::string fifo = testing::TempDir() + "modhooks_fifo.pt";
   std::remove(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  auto loading =
-      std::async(std::launch::async, [&] { return message_of([&] { modhooks::load(fifo); }); });
+  auto loading = std::async(std::launch::async, [&] {
+    return expect_error<modhooks::RuntimeError>([&] { modhooks::load(fifo); },
+                                                "checkpoint.io.not_a_file");
+  });
   if (loading.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
     // Opening the FIFO for writing releases a reader blocked in open().
     const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
@@ -369,20 +377,26 @@ TEST(Checkpoint, SaveRefusesWhatItCannotWrite) {
   StateDict sd;
   sd.insert_or_assign("ok", at::ones({2}));
   sd.insert_or_assign("bad", at::Tensor());
-  std::string message = message_of([&] { modhooks::save(sd, fixture("never.pt")); });
+  std::string message = expect_error<modhooks::ValueError>(
+      [&] { modhooks::save(sd, fixture("never.pt")); }, "checkpoint.save.undefined_tensor");
   EXPECT_NE(message.find("'bad' is an undefined tensor"), std::string::npos) << message;
 
   StateDict complex;
   complex.insert_or_assign("z", at::ones({2}, at::kComplexDouble));
-  message = message_of([&] { modhooks::save(complex, fixture("never.safetensors")); });
+  message = expect_error<modhooks::ValueError>(
+      [&] { modhooks::save(complex, fixture("never.safetensors")); },
+      "checkpoint.save.no_safetensors_dtype");
   EXPECT_NE(message.find("'z': safetensors has no dtype"), std::string::npos) << message;
 
   StateDict reserved;
   reserved.insert_or_assign("__metadata__", at::ones({2}));
-  message = message_of([&] { modhooks::save(reserved, fixture("never.safetensors")); });
+  message = expect_error<modhooks::ValueError>(
+      [&] { modhooks::save(reserved, fixture("never.safetensors")); },
+      "checkpoint.save.reserved_key");
   EXPECT_NE(message.find("reserved"), std::string::npos) << message;
 
-  message = message_of([&] { modhooks::save(complex, "/nonexistent/dir/model.pt"); });
+  message = expect_error<modhooks::RuntimeError>(
+      [&] { modhooks::save(complex, "/nonexistent/dir/model.pt"); }, "checkpoint.io.open_failed");
   EXPECT_NE(message.find("/nonexistent/dir/model.pt"), std::string::npos) << message;
   EXPECT_FALSE(std::ifstream(fixture("never.pt")).good());
 }
@@ -391,20 +405,23 @@ TEST(Checkpoint, SaveRefusesKeysPythonCannotReadAndSizesBeyondInt64) {
   for (const auto format : {CheckpointFormat::kTorchSave, CheckpointFormat::kSafetensors}) {
     StateDict bad_key;
     bad_key.insert_or_assign("w\xff", at::ones({2}));
-    std::string message = message_of([&] { modhooks::detail::save_to_bytes(bad_key, format); });
+    std::string message = expect_error<modhooks::ValueError>(
+        [&] { modhooks::detail::save_to_bytes(bad_key, format); }, "checkpoint.save.not_utf8");
     EXPECT_NE(message.find("is not valid UTF-8"), std::string::npos) << message;
     // Contiguous strides of (0, 2^40, 2^40) overflow int64 (UBSan caught the writers).
     StateDict huge;
     huge.insert_or_assign("w",
                           at::ones({1}).expand({0, std::int64_t{1} << 40, std::int64_t{1} << 40}));
-    message = message_of([&] { modhooks::detail::save_to_bytes(huge, format); });
+    message = expect_error<modhooks::ValueError>(
+        [&] { modhooks::detail::save_to_bytes(huge, format); }, "checkpoint.save.too_large");
     EXPECT_NE(message.find("too large to write contiguously"), std::string::npos) << message;
   }
   StateDict bad_metadata;
   bad_metadata.insert_or_assign("w", at::ones({2}));
   bad_metadata.metadata().insert_or_assign("m\xc3", modhooks::Metadata{{"version", 1}});
-  const std::string message = message_of(
-      [&] { modhooks::detail::save_to_bytes(bad_metadata, CheckpointFormat::kTorchSave); });
+  const std::string message = expect_error<modhooks::ValueError>(
+      [&] { modhooks::detail::save_to_bytes(bad_metadata, CheckpointFormat::kTorchSave); },
+      "checkpoint.save.not_utf8");
   EXPECT_NE(message.find("is not valid UTF-8"), std::string::npos) << message;
 }
 
@@ -415,7 +432,7 @@ TEST(Checkpoint, FailedSaveKeepsTheOldFile) {
   modhooks::save(good, path);
   StateDict bad;
   bad.insert_or_assign("w", at::Tensor());
-  EXPECT_THROW(modhooks::save(bad, path), modhooks::Error);
+  EXPECT_ERROR(modhooks::save(bad, path), ValueError, "checkpoint.save.undefined_tensor");
   EXPECT_TRUE(modhooks::load(path).at("w").equal(at::ones({3})));
 }
 
@@ -602,13 +619,15 @@ TEST(CheckpointHostile, RefusesZipSizesBeyondTheFile) {
   const std::size_t entry = central_entry(original, "data/0");
   std::string huge = original;
   for (std::size_t i : {20, 24}) huge.replace(entry + i, 4, "\x00\x00\x00\x40", 4);  // 1 GiB
-  std::string message =
-      message_of([&] { modhooks::detail::load_from_bytes(huge, CheckpointFormat::kTorchSave); });
+  std::string message = expect_error<modhooks::FormatError>(
+      [&] { modhooks::detail::load_from_bytes(huge, CheckpointFormat::kTorchSave); },
+      "checkpoint.zip.entry_out_of_bounds");
   EXPECT_NE(message.find("runs past the data area"), std::string::npos) << message;
   std::string zip64 = original;
   for (std::size_t i : {20, 24}) zip64.replace(entry + i, 4, "\xff\xff\xff\xff", 4);
-  message =
-      message_of([&] { modhooks::detail::load_from_bytes(zip64, CheckpointFormat::kTorchSave); });
+  message = expect_error<modhooks::FormatError>(
+      [&] { modhooks::detail::load_from_bytes(zip64, CheckpointFormat::kTorchSave); },
+      "checkpoint.zip.bad_extra_field");
   EXPECT_NE(message.find("zip64 extra field"), std::string::npos) << message;
 }
 
@@ -638,20 +657,23 @@ TEST(CheckpointHostile, RefusesASecondDirectoryBehindTheZip64Record) {
   const std::size_t forged_end64 = dir + 2 * dir_size;
   put_le(forged, forged_end64 + 48, dir + dir_size, 8);    // the zip64 record: the second copy
   put_le(forged, forged_end64 + 56 + 8, forged_end64, 8);  // the locator: the moved record
-  std::string message =
-      message_of([&] { modhooks::detail::load_from_bytes(forged, CheckpointFormat::kTorchSave); });
+  std::string message = expect_error<modhooks::FormatError>(
+      [&] { modhooks::detail::load_from_bytes(forged, CheckpointFormat::kTorchSave); },
+      "checkpoint.zip.inconsistent_end_records");
   EXPECT_NE(message.find("describe different central directories"), std::string::npos) << message;
   // The locator must point at the zip64 record right before it.
   std::string moved = original;
   put_le(moved, end - 20 + 8, 0, 8);
-  message =
-      message_of([&] { modhooks::detail::load_from_bytes(moved, CheckpointFormat::kTorchSave); });
+  message = expect_error<modhooks::FormatError>(
+      [&] { modhooks::detail::load_from_bytes(moved, CheckpointFormat::kTorchSave); },
+      "checkpoint.zip.bad_zip64_locator");
   EXPECT_NE(message.find("zip64 end locator points to offset 0"), std::string::npos) << message;
   // Bytes between the directory and the end records would be a place to hide a directory.
   std::string gap = original.substr(0, end64) + "PK" + original.substr(end64);
   put_le(gap, gap.size() - 22 - 20 + 8, end64 + 2, 8);
-  message =
-      message_of([&] { modhooks::detail::load_from_bytes(gap, CheckpointFormat::kTorchSave); });
+  message = expect_error<modhooks::FormatError>(
+      [&] { modhooks::detail::load_from_bytes(gap, CheckpointFormat::kTorchSave); },
+      "checkpoint.zip.bad_directory_bounds");
   EXPECT_NE(message.find("does not end where the zip end records begin"), std::string::npos)
       << message;
 }
@@ -661,8 +683,9 @@ TEST(CheckpointHostile, RefusesDirectoryEntries) {
   std::string flagged = read_file(fixture("mlp.pt"));
   const std::size_t entry = central_entry(flagged, "/version");
   put_le(flagged, entry + 38, get_le(flagged, entry + 38, 4) | 0x10, 4);
-  const std::string message =
-      message_of([&] { modhooks::detail::load_from_bytes(flagged, CheckpointFormat::kTorchSave); });
+  const std::string message = expect_error<modhooks::FormatError>(
+      [&] { modhooks::detail::load_from_bytes(flagged, CheckpointFormat::kTorchSave); },
+      "checkpoint.zip.directory_entry");
   EXPECT_NE(message.find("'mlp/version' is a directory"), std::string::npos) << message;
 }
 
@@ -674,8 +697,9 @@ TEST(CheckpointHostile, DamagedRecordsFailTheirCrc32) {
       local + 30 + get_le(original, local + 26, 2) + get_le(original, local + 28, 2);
   std::string damaged = original;
   damaged[data + 5] = static_cast<char>(damaged[data + 5] ^ 0x10);
-  std::string message =
-      message_of([&] { modhooks::detail::load_from_bytes(damaged, CheckpointFormat::kTorchSave); });
+  std::string message = expect_error<modhooks::FormatError>(
+      [&] { modhooks::detail::load_from_bytes(damaged, CheckpointFormat::kTorchSave); },
+      "checkpoint.zip.crc_mismatch");
   EXPECT_NE(message.find("record 'mlp/data/0' fails its CRC-32 check"), std::string::npos)
       << message;
   // The opt-out reads the damaged bytes as they are.
@@ -687,7 +711,8 @@ TEST(CheckpointHostile, DamagedRecordsFailTheirCrc32) {
   // On a file the error names the path too.
   const std::string path = testing::TempDir() + "damaged.pt";
   std::ofstream(path, std::ios::binary) << damaged;
-  message = message_of([&] { modhooks::load(path); });
+  message = expect_error<modhooks::FormatError>([&] { modhooks::load(path); },
+                                                "checkpoint.zip.crc_mismatch");
   EXPECT_NE(message.find(path), std::string::npos) << message;
   EXPECT_NE(message.find("mlp/data/0"), std::string::npos) << message;
   EXPECT_EQ(modhooks::load(path, unchecked).size(), 4u);
@@ -700,7 +725,7 @@ TEST(CheckpointHostile, RefusesBadSafetensorsHeaders) {
     return bytes + header + std::string(data, '\0');
   };
   auto error = [](const std::string& bytes) {
-    return message_of(
+    return message_of<modhooks::FormatError>(
         [&] { modhooks::detail::load_from_bytes(bytes, CheckpointFormat::kSafetensors); });
   };
   const std::string a = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
@@ -776,7 +801,7 @@ TEST(Checkpoint, SafetensorsHeadersOfAHundredThousandEntriesAreWritten) {
 
 TEST(CheckpointHostile, SafetensorsHeadersAreTheJsonSafetensorsReads) {
   auto error = [](const std::string& header) {
-    return message_of([&] {
+    return message_of<modhooks::FormatError>([&] {
       modhooks::detail::load_from_bytes(safetensors_file(header, 8),
                                         CheckpointFormat::kSafetensors);
     });

@@ -139,7 +139,11 @@ TEST(AclLibrary, MissingRuntimeNamesEveryPlaceSearched) {
   if (dlopen("libascendcl.so", RTLD_NOW | RTLD_NOLOAD)) {
     GTEST_SKIP() << "an ACL runtime is already loaded in this process; run this test alone";
   }
-  std::string msg = message_of([] { AclRuntime({"/nonexistent/first", "/nonexistent/second"}); });
+  std::string msg = expect_error<modhooks::RuntimeError>(
+      [] {
+        AclRuntime({"/nonexistent/first", "/nonexistent/second"});
+      },
+      "device.acl.not_found");
   EXPECT_NE(msg.find("libascendcl.so"), std::string::npos) << msg;
   EXPECT_NE(msg.find("/nonexistent/first: no libascendcl.so"), std::string::npos) << msg;
   EXPECT_NE(msg.find("/nonexistent/second: no libascendcl.so"), std::string::npos) << msg;
@@ -148,7 +152,8 @@ TEST(AclLibrary, MissingRuntimeNamesEveryPlaceSearched) {
 
 TEST(AclLibrary, SettingThePathAfterLoadingIsAnError) {
   runtime();
-  std::string msg = message_of([] { modhooks::device::set_acl_library_path("/elsewhere"); });
+  std::string msg = expect_error<modhooks::RuntimeError>(
+      [] { modhooks::device::set_acl_library_path("/elsewhere"); }, "device.acl.already_loaded");
   EXPECT_NE(msg.find("already loaded from " FAKE_ACL_DIR), std::string::npos) << msg;
 }
 
@@ -179,7 +184,8 @@ TEST(AclRuntime, InitToleratesAlreadyInitialisedAndNeverFinalizes) {
 TEST(AclRuntime, InitFailureIsAClearError) {
   runtime();
   fake_acl_inject("aclInit", 507000, 1);
-  std::string msg = message_of([] { AclRuntime({FAKE_ACL_DIR}); });
+  std::string msg = expect_error<modhooks::RuntimeError>([] { AclRuntime({FAKE_ACL_DIR}); },
+                                                         "device.acl.call_failed");
   EXPECT_NE(msg.find("ACL error 507000 (ACL_ERROR_RT_INTERNAL_ERROR) from aclInit"),
             std::string::npos)
       << msg;
@@ -252,7 +258,8 @@ TEST(NpuOps, MulHandlesEveryFloatingDtype) {
 
 TEST(NpuOps, MulRejectsIntegerTensors) {
   Block src({2}, at::kLong), dst({2}, at::kLong);
-  std::string msg = message_of([&] { detail::npu_mul(src.buffer(), 2.0, dst.buffer()); });
+  std::string msg = expect_error<modhooks::RuntimeError>(
+      [&] { detail::npu_mul(src.buffer(), 2.0, dst.buffer()); }, "device.npu.unsupported_dtype");
   EXPECT_NE(msg.find("float, half, bfloat16 and double tensors only, not Long"), std::string::npos)
       << msg;
 }
@@ -295,7 +302,8 @@ TEST(NpuOps, EveryInjectedMulErrorIsClearAndLeaksNothing) {
     fake_acl_reset();
     fake_acl_inject(c.api, c.error, 1);
     if (c.expected) {
-      std::string msg = message_of([&] { detail::npu_mul(src.buffer(), 2.0, dst.buffer()); });
+      std::string msg = message_of<modhooks::RuntimeError>(
+          [&] { detail::npu_mul(src.buffer(), 2.0, dst.buffer()); });
       EXPECT_NE(msg.find(c.expected), std::string::npos) << msg;
       EXPECT_NE(msg.find(std::string("injected error ") + std::to_string(c.error) + " in " + c.api),
                 std::string::npos)
@@ -317,7 +325,8 @@ TEST(NpuOps, InjectedZeroErrorsAreClear) {
   for (const char* api : {"aclrtMemsetAsync", "aclrtSynchronizeStream"}) {
     fake_acl_reset();
     fake_acl_inject(api, 507000, 1);
-    std::string msg = message_of([&] { detail::npu_fill_zero(b.buffer()); });
+    std::string msg = expect_error<modhooks::RuntimeError>(
+        [&] { detail::npu_fill_zero(b.buffer()); }, "device.acl.call_failed");
     EXPECT_NE(msg.find(std::string("ACL error 507000 (ACL_ERROR_RT_INTERNAL_ERROR) from ") + api +
                        " on npu:0: fake ACL: injected error 507000 in " + api),
               std::string::npos)
@@ -431,7 +440,8 @@ TEST_F(NpuTensor, ClipNormAndCheckFiniteReadThroughTheHost) {
   EXPECT_TRUE((*out)[1].cpu().allclose(at::full({4}, 2.0f)));
 
   grads[1] = npu(at::full({2}, NAN));
-  std::string msg = message_of([&] { modhooks::grad::check_finite()(m, grads); });
+  std::string msg = expect_error<modhooks::RuntimeError>(
+      [&] { modhooks::grad::check_finite()(m, grads); }, "device.grad.non_finite");
   EXPECT_NE(msg.find("grad_output[1] of module 'torch::nn::Module' holds NaN or Inf"),
             std::string::npos)
       << msg;
@@ -440,7 +450,7 @@ TEST_F(NpuTensor, ClipNormAndCheckFiniteReadThroughTheHost) {
 TEST_F(NpuTensor, NonContiguousGradientIsRejected) {
   torch::nn::Module m;
   at::Tensor g = npu(at::ones({2, 3})).t();
-  std::string msg = message_of([&] { modhooks::grad::scale(2.0)(m, {g}); });
+  std::string msg = message_of<modhooks::RuntimeError>([&] { modhooks::grad::scale(2.0)(m, {g}); });
   EXPECT_NE(msg.find("needs contiguous tensors in a base format"), std::string::npos) << msg;
   EXPECT_NE(msg.find("strides [1, 3]"), std::string::npos) << msg;
 }

@@ -114,15 +114,18 @@ TEST_P(Grad, CheckFiniteNamesTheModuleAndTheGradient) {
   TensorList clean{on(at::ones({2})), at::Tensor()};
   TensorList bad{on(at::ones({2})), at::Tensor(), on(at::full({3}, INFINITY))};
   EXPECT_FALSE(modhooks::grad::check_finite()(*linear, clean).has_value());
-  std::string msg = message_of([&] { modhooks::grad::check_finite()(*linear, bad); });
+  std::string msg = expect_error<modhooks::RuntimeError>(
+      [&] { modhooks::grad::check_finite()(*linear, bad); }, "device.grad.non_finite");
   EXPECT_EQ(msg,
             "modhooks::grad::check_finite: grad_output[2] of module 'torch::nn::LinearImpl' "
             "holds NaN or Inf");
   TensorList nan_input{on(at::full({1}, NAN))};
-  msg = message_of([&] { modhooks::grad::check_finite()(*linear, nan_input, clean); });
+  msg = expect_error<modhooks::RuntimeError>(
+      [&] { modhooks::grad::check_finite()(*linear, nan_input, clean); }, "device.grad.non_finite");
   EXPECT_NE(msg.find("grad_input[0] of module 'torch::nn::LinearImpl'"), std::string::npos) << msg;
   PlainModel plain;
-  msg = message_of([&] { modhooks::grad::check_finite()(plain, bad); });
+  msg = expect_error<modhooks::RuntimeError>([&] { modhooks::grad::check_finite()(plain, bad); },
+                                             "device.grad.non_finite");
   EXPECT_NE(msg.find("module '(anonymous namespace)::PlainModel'"), std::string::npos) << msg;
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Tests of include/modhooks/core/hook_list.h: order, prepend, snapshots, the activity counter.
-#include "modhooks/core/hook_list.h"
+// Tests of include/modhooks/core/detail/hook_list.h: order, prepend, snapshots, the activity
+// counter.
+#include "modhooks/core/detail/hook_list.h"
 
 #include <gtest/gtest.h>
 

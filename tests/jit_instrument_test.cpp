@@ -278,15 +278,18 @@ INSTANTIATE_TEST_SUITE_P(ScriptedAndTraced, InnerHooks, ::testing::Values("scrip
 TEST(Submodule, PythonErrors) {
   auto model = torch::jit::load(fixture("inner_scripted.pt"));
   EXPECT_TRUE(modhooks::submodule(model, "")._ivalue() == model._ivalue());
-  EXPECT_EQ(message_of([&] { modhooks::submodule(model, "blokc"); }),
+  EXPECT_EQ(expect_error<modhooks::AttributeError>([&] { modhooks::submodule(model, "blokc"); },
+                                                   "jit.submodule.no_attribute"),
             "Net has no attribute `blokc`");
-  EXPECT_EQ(message_of([&] { modhooks::submodule(model, "head.weight"); }),
+  EXPECT_EQ(expect_error<modhooks::AttributeError>(
+                [&] { modhooks::submodule(model, "head.weight"); }, "jit.submodule.not_a_module"),
             "`weight` is not an nn.Module");
 }
 
 TEST(Submodule, FrozenModelSaysWhy) {
   auto frozen = torch::jit::load(fixture("inner_frozen.pt"));
-  const std::string message = message_of([&] { modhooks::submodule(frozen, "block.0"); });
+  const std::string message = expect_error<modhooks::AttributeError>(
+      [&] { modhooks::submodule(frozen, "block.0"); }, "jit.submodule.no_attribute");
   EXPECT_NE(message.find("has no attribute `block`"), std::string::npos) << message;
   EXPECT_NE(message.find("frozen"), std::string::npos) << message;
 }
@@ -295,8 +298,12 @@ TEST(Submodule, NnModules) {
   torch::nn::Sequential net(torch::nn::Linear(4, 4), torch::nn::ReLU());
   EXPECT_EQ(modhooks::submodule(net, "0").get(), net->ptr(0).get());
   EXPECT_EQ(modhooks::submodule(net, "").get(), net.ptr().get());
-  EXPECT_EQ(message_of([&] { modhooks::submodule(net, "2"); }), "Sequential has no attribute `2`");
-  EXPECT_EQ(message_of([&] { modhooks::submodule(net, "0.bias"); }), "`bias` is not an nn.Module");
+  EXPECT_EQ(expect_error<modhooks::AttributeError>([&] { modhooks::submodule(net, "2"); },
+                                                   "nn.submodule.no_attribute"),
+            "Sequential has no attribute `2`");
+  EXPECT_EQ(expect_error<modhooks::AttributeError>([&] { modhooks::submodule(net, "0.bias"); },
+                                                   "nn.submodule.not_a_module"),
+            "`bias` is not an nn.Module");
 }
 
 TEST(AlwaysCall, RunsWhenTheInnerModuleThrows) {

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "modhooks/checkpoint/checkpoint.h"
+#include "modhooks/checkpoint/object.h"
 #include "modhooks/core/error.h"
-#include "modhooks/state/checkpoint.h"
-#include "modhooks/state/object.h"
 #include "test_util.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
-#include "modhooks/state/model_io.h"
+#include "modhooks/checkpoint/model_io.h"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/arange.h>
@@ -25,10 +25,10 @@
 #include <string>
 #include <vector>
 
-#include "modhooks/state/checkpoint.h"
+#include "modhooks/checkpoint/checkpoint.h"
 #include "modhooks/state/module_state.h"
 #include "modhooks/state/state_hooks.h"
-#include "state/traversal.h"  // load_copy_fault, the fault injection of the load's copies
+#include "state/traversal.h"  // CopyFaultGuard, the fault injection of the load's copies
 #include "test_util.h"
 
 namespace {
@@ -135,9 +135,11 @@ TEST_F(ModelIo, ErrorsAreLoadStateDictsNamingTheFile) {
     modhooks::save(sd, path(name));
     Net net;
     const StateDict before = snapshot(net);
-    const std::string expected =
-        message_of([&] { modhooks::load_state_dict(net, modhooks::load(path(name))); });
-    EXPECT_EQ(message_of([&] { modhooks::load_model(net, path(name)); }),
+    const std::string expected = expect_error<modhooks::RuntimeError>(
+        [&] { modhooks::load_state_dict(net, modhooks::load(path(name))); },
+        "state.load.missing_keys");
+    EXPECT_EQ(expect_error<modhooks::RuntimeError>([&] { modhooks::load_model(net, path(name)); },
+                                                   "state.load.missing_keys"),
               "modhooks::load_model('" + path(name) + "'): " + expected);
     expect_same(before, modhooks::state_dict(net));
     const modhooks::IncompatibleKeys keys = modhooks::load_model(net, path(name), false);
@@ -151,8 +153,9 @@ TEST_F(ModelIo, ErrorsAreLoadStateDictsNamingTheFile) {
   modhooks::save(wrong, path("wrong.safetensors"));
   Net net;
   const StateDict before = snapshot(net);
-  EXPECT_THROWS_WITH(modhooks::load_model(net, path("wrong.safetensors")),
-                     "size mismatch for fc2.bias: copying a param with shape torch.Size([9])");
+  EXPECT_ERROR_WITH(modhooks::load_model(net, path("wrong.safetensors")), RuntimeError,
+                    "state.load.size_mismatch",
+                    "size mismatch for fc2.bias: copying a param with shape torch.Size([9])");
   expect_same(before, modhooks::state_dict(net));
 }
 
@@ -173,8 +176,9 @@ TEST_F(ModelIo, ADamagedRecordChangesNothing) {
   damage_fc2_bias(path("m.pt"));
   Net net;
   const StateDict before = snapshot(net);
-  EXPECT_THROWS_WITH(modhooks::load_model(net, path("m.pt")),
-                     "record 'archive/data/3' fails its CRC-32 check (the file is damaged)");
+  EXPECT_ERROR_WITH(modhooks::load_model(net, path("m.pt")), FormatError,
+                    "checkpoint.zip.crc_mismatch",
+                    "record 'archive/data/3' fails its CRC-32 check (the file is damaged)");
   expect_same(before, modhooks::state_dict(net));  // fc1, before it in the file, too
 
   modhooks::LoadOptions unchecked;
@@ -217,20 +221,15 @@ TEST_F(ModelIo, HooksRunAndAFailingPostHookUndoesTheLoad) {
 
 TEST_F(ModelIo, ACopyThatFailsSaysWhatItWrote) {
   modhooks::save(reference(), path("m.safetensors"));
-  struct Fault {
-    Fault() {
-      modhooks::detail::load_copy_fault = [](std::size_t i) {
-        if (i == 2) throw std::runtime_error("injected");
-      };
-    }
-    ~Fault() { modhooks::detail::load_copy_fault = nullptr; }
+  const auto fault = [](std::size_t i) {
+    if (i == 2) throw std::runtime_error("injected");
   };
   {
     Net net;
     const StateDict before = snapshot(net);
-    Fault fault;
-    const std::string message =
-        message_of([&] { modhooks::load_model(net, path("m.safetensors")); });
+    modhooks::detail::CopyFaultGuard guard(fault);
+    const std::string message = expect_error<modhooks::RuntimeError>(
+        [&] { modhooks::load_model(net, path("m.safetensors")); }, "state.load.copy_failed");
     EXPECT_NE(message.find("('injected',)"), std::string::npos) << message;
     EXPECT_NE(message.find("hold the checkpoint's values (\"fc1.weight\", \"fc1.bias\")"),
               std::string::npos)
@@ -244,8 +243,9 @@ TEST_F(ModelIo, ACopyThatFailsSaysWhatItWrote) {
     auto post = modhooks::register_load_state_dict_post_hook(
         net, [](torch::nn::Module&, modhooks::IncompatibleKeys&) {});
     const StateDict before = snapshot(net);
-    Fault fault;
-    EXPECT_THROWS_WITH(modhooks::load_model(net, path("m.safetensors")), "('injected',)");
+    modhooks::detail::CopyFaultGuard guard(fault);
+    EXPECT_ERROR_WITH(modhooks::load_model(net, path("m.safetensors")), RuntimeError,
+                      "state.load.copy_failed", "('injected',)");
     expect_same(before, modhooks::state_dict(net));
   }
 }
@@ -298,8 +298,9 @@ TEST_F(ModelIo, ShardedCheckpointsAreWhatPythonLoaders) {
   const nlohmann::json index = nlohmann::json::parse(in);
   EXPECT_EQ(index["metadata"]["total_size"], (64 * 32 + 64 + 8 * 64 + 8) * 4);
   EXPECT_EQ(index["weight_map"]["fc2.bias"], "model-00002-of-00002.safetensors");
-  EXPECT_THROWS_WITH(modhooks::save_model(net, path("model.safetensors.index.json")),
-                     "an index path needs a max_shard_size");
+  EXPECT_ERROR_WITH(modhooks::save_model(net, path("model.safetensors.index.json")), ValueError,
+                    "checkpoint.save.index_without_shard_size",
+                    "an index path needs a max_shard_size");
 }
 
 TEST_F(ModelIo, AShardThatFailsChangesNoShard) {
@@ -314,9 +315,10 @@ TEST_F(ModelIo, AShardThatFailsChangesNoShard) {
   }
   Net net;
   const StateDict before = snapshot(net);
-  EXPECT_THROWS_WITH(modhooks::load_model(net, path("model.safetensors.index.json")),
-                     "shard 'model-00002-of-00002.safetensors': safetensors header does not "
-                     "start with '{'");
+  EXPECT_ERROR_WITH(modhooks::load_model(net, path("model.safetensors.index.json")), FormatError,
+                    "checkpoint.safetensors.bad_header",
+                    "shard 'model-00002-of-00002.safetensors': safetensors header does not "
+                    "start with '{'");
   expect_same(before, modhooks::state_dict(net));
 
   // The index names a key its shard lacks; a shard holds a key the index does not name.
@@ -325,18 +327,20 @@ TEST_F(ModelIo, AShardThatFailsChangesNoShard) {
   nlohmann::json index = nlohmann::json::parse(in);
   index["weight_map"]["fc9.bias"] = "model-00001-of-00002.safetensors";
   std::ofstream(path("extra.safetensors.index.json")) << index.dump();
-  EXPECT_THROWS_WITH(modhooks::load(path("extra.safetensors.index.json")),
-                     "the index maps 'fc9.bias' to shard 'model-00001-of-00002.safetensors', which "
-                     "does not hold it");
+  EXPECT_ERROR_WITH(modhooks::load(path("extra.safetensors.index.json")), FormatError,
+                    "checkpoint.index.missing_key",
+                    "the index maps 'fc9.bias' to shard 'model-00001-of-00002.safetensors', which "
+                    "does not hold it");
   index["weight_map"].erase("fc9.bias");
   index["weight_map"].erase("fc2.bias");
   std::ofstream(path("short.safetensors.index.json")) << index.dump();
-  EXPECT_THROWS_WITH(modhooks::load_model(net, path("short.safetensors.index.json")),
-                     "holds 'fc2.bias', which the index maps to no shard");
+  EXPECT_ERROR_WITH(modhooks::load_model(net, path("short.safetensors.index.json")), FormatError,
+                    "checkpoint.index.unlisted_key",
+                    "holds 'fc2.bias', which the index maps to no shard");
   index["weight_map"]["fc2.bias"] = "../model-00002-of-00002.safetensors";
   std::ofstream(path("escape.safetensors.index.json")) << index.dump();
-  EXPECT_THROWS_WITH(modhooks::load(path("escape.safetensors.index.json")),
-                     "is not a file name in the index's folder");
+  EXPECT_ERROR_WITH(modhooks::load(path("escape.safetensors.index.json")), FormatError,
+                    "checkpoint.index.bad_shard_name", "is not a file name in the index's folder");
   expect_same(before, modhooks::state_dict(net));
 }
 

@@ -116,9 +116,9 @@ TEST(LoadStateDict, MissingAndUnexpectedKeysInPythonsWords) {
   Net net;
   auto sd = modhooks::state_dict(Net());
   sd.insert_or_assign("extra", at::ones({1}));
-  EXPECT_THROWS_WITH(modhooks::load_state_dict(net, sd),
-                     "Error(s) in loading state_dict for Net:\n\tUnexpected key(s) in state_dict: "
-                     "\"extra\". ");
+  EXPECT_ERROR_WITH(modhooks::load_state_dict(net, sd), RuntimeError, "state.load.unexpected_keys",
+                    "Error(s) in loading state_dict for Net:\n\tUnexpected key(s) in state_dict: "
+                    "\"extra\". ");
   auto keys = modhooks::load_state_dict(net, sd, /*strict=*/false);
   EXPECT_EQ(keys.unexpected_keys, Strings{"extra"});
   sd.erase("extra");
@@ -130,10 +130,10 @@ TEST(LoadStateDict, MissingAndUnexpectedKeysInPythonsWords) {
   EXPECT_EQ(keys.missing_keys, Strings{"linear1.weight"});
   EXPECT_EQ(keys.unexpected_keys,
             (Strings{"extra.param", "linear1.weight.bad_suffix", "bn.bad_suffix"}));
-  EXPECT_THROWS_WITH(modhooks::load_state_dict(net, sd),
-                     "Missing key(s) in state_dict: \"linear1.weight\". \n\tUnexpected key(s) in "
-                     "state_dict: \"extra.param\", \"linear1.weight.bad_suffix\", "
-                     "\"bn.bad_suffix\". ");
+  EXPECT_ERROR_WITH(modhooks::load_state_dict(net, sd), RuntimeError, "state.load.missing_keys",
+                    "Missing key(s) in state_dict: \"linear1.weight\". \n\tUnexpected key(s) in "
+                    "state_dict: \"extra.param\", \"linear1.weight.bad_suffix\", "
+                    "\"bn.bad_suffix\". ");
 }
 
 TEST(LoadStateDict, SizeMismatchRaisesEvenNonStrictAndChangesNothing) {
@@ -144,9 +144,10 @@ TEST(LoadStateDict, SizeMismatchRaisesEvenNonStrictAndChangesNothing) {
   for (const auto& [key, t] : before) saved.push_back(t.clone());
   auto sd = modhooks::state_dict(Net());
   sd.insert_or_assign("block.0.bias", at::ones({4}));  // the last key
-  EXPECT_THROWS_WITH(modhooks::load_state_dict(net, sd, /*strict=*/false),
-                     "size mismatch for block.0.bias: copying a param with shape torch.Size([4]) "
-                     "from checkpoint, the shape in current model is torch.Size([3]).");
+  EXPECT_ERROR_WITH(modhooks::load_state_dict(net, sd, /*strict=*/false), RuntimeError,
+                    "state.load.size_mismatch",
+                    "size mismatch for block.0.bias: copying a param with shape torch.Size([4]) "
+                    "from checkpoint, the shape in current model is torch.Size([3]).");
   std::size_t i = 0;
   for (const auto& [key, t] : modhooks::state_dict(net)) {
     EXPECT_TRUE(at::equal(t, saved[i++])) << key << " changed";
@@ -189,8 +190,9 @@ TEST(LoadStateDict, AssignSwapsTensorsInAndKeepsRequiresGrad) {
   EXPECT_TRUE(param.is_same(linear->weight));  // the same tensor object, new storage
   EXPECT_TRUE(linear->weight.requires_grad());
   sd.insert_or_assign("weight", at::randn({2, 2}));
-  EXPECT_THROWS_WITH(modhooks::load_state_dict(linear, sd, true, true),
-                     "size mismatch for weight: copying a param with shape");
+  EXPECT_ERROR_WITH(modhooks::load_state_dict(linear, sd, true, true), RuntimeError,
+                    "state.load.size_mismatch",
+                    "size mismatch for weight: copying a param with shape");
 }
 
 TEST(LoadStateDict, UndefinedValueIsAClearError) {
@@ -198,9 +200,9 @@ TEST(LoadStateDict, UndefinedValueIsAClearError) {
   torch::nn::Linear linear(2, 2);
   auto sd = modhooks::state_dict(linear);
   sd.insert_or_assign("bias", at::Tensor());
-  EXPECT_THROWS_WITH(modhooks::load_state_dict(linear, sd),
-                     "While copying the parameter named \"bias\", expected torch.Tensor or "
-                     "Tensor-like object from checkpoint but received");
+  EXPECT_ERROR_WITH(modhooks::load_state_dict(linear, sd), RuntimeError, "state.load.none_tensor",
+                    "While copying the parameter named \"bias\", expected torch.Tensor or "
+                    "Tensor-like object from checkpoint but received");
 }
 
 TEST(LoadStateDictHooks, PreHookMigratesKeysWithoutTouchingTheCallersDict) {
@@ -249,9 +251,9 @@ TEST(LoadStateDictHooks, PostHooksEditTheListsAndStrictUsesTheEditedOnes) {
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(keys.missing_keys, Strings{"foo"});
   EXPECT_EQ(keys.unexpected_keys, Strings{"bar"});
-  EXPECT_THROWS_WITH(modhooks::load_state_dict(net, sd),
-                     "Missing key(s) in state_dict: \"foo\". \n\tUnexpected key(s) in "
-                     "state_dict: \"bar\". ");
+  EXPECT_ERROR_WITH(modhooks::load_state_dict(net, sd), RuntimeError, "state.load.missing_keys",
+                    "Missing key(s) in state_dict: \"foo\". \n\tUnexpected key(s) in "
+                    "state_dict: \"bar\". ");
   h.remove();
   keys = modhooks::load_state_dict(net, sd, false);
   EXPECT_TRUE(keys.missing_keys.empty() && keys.unexpected_keys.empty());
@@ -294,7 +296,8 @@ TEST(LoadStateDictHooks, StrictFailureAfterPostHooksUndoesTheLoad) {
         saw_new_weights = !at::equal(net->linear1->weight, before);
         keys.missing_keys.push_back("made.up");
       }));
-  EXPECT_THROWS_WITH(modhooks::load_state_dict(net, sd), "\"made.up\"");
+  EXPECT_ERROR_WITH(modhooks::load_state_dict(net, sd), RuntimeError, "state.load.missing_keys",
+                    "\"made.up\"");
   EXPECT_TRUE(saw_new_weights);  // post-hooks see the loaded weights
   EXPECT_TRUE(at::equal(net->linear1->weight, before));
 }
@@ -359,13 +362,11 @@ struct Snapshot {
 };
 
 /// Makes copy number `k` of the loads in its scope fail.
-struct FailCopy {
-  explicit FailCopy(std::size_t k) {
-    modhooks::detail::load_copy_fault = [k](std::size_t i) {
-      if (i == k) throw std::runtime_error("injected failure");
-    };
-  }
-  ~FailCopy() { modhooks::detail::load_copy_fault = nullptr; }
+struct FailCopy : modhooks::detail::CopyFaultGuard {
+  explicit FailCopy(std::size_t k)
+      : CopyFaultGuard([k](std::size_t i) {
+          if (i == k) throw std::runtime_error("injected failure");
+        }) {}
 };
 
 StateDict random_state_of(torch::nn::Module& like) {
@@ -405,7 +406,8 @@ TEST(LoadStateDictAtomicity, ACopyThatThrowsUndoesTheCopiesBeforeIt) {
   const Snapshot before(*net);
   auto sd = random_state_of(*net);
   sd.insert_or_assign("expanded.stats", at::ones({4}));
-  EXPECT_EQ(message_of([&] { modhooks::load_state_dict(net, sd); }),
+  EXPECT_EQ(expect_error<modhooks::RuntimeError>([&] { modhooks::load_state_dict(net, sd); },
+                                                 "state.load.copy_failed"),
             "Error(s) in loading state_dict for LinearThenStats:\n\tWhile copying the parameter "
             "named \"expanded.stats\", whose dimensions in the model are torch.Size([4]) and whose "
             "dimensions "
@@ -424,8 +426,8 @@ TEST(LoadStateDictAtomicity, AFailureAtEveryCopyLeavesEveryTensorBitIdentical) {
     for (std::size_t k = 0; k < n; ++k) {
       const Snapshot before(*net);
       FailCopy fail(k);
-      EXPECT_THROWS_WITH(modhooks::load_state_dict(net, sd, /*strict=*/true, assign),
-                         "an exception occurred : ('injected failure',)");
+      EXPECT_ERROR_WITH(modhooks::load_state_dict(net, sd, /*strict=*/true, assign), RuntimeError,
+                        "state.load.copy_failed", "an exception occurred : ('injected failure',)");
       before.expect_unchanged(*net, "after a failure at copy " + std::to_string(k));
     }
   }
@@ -481,13 +483,16 @@ TEST(LoadStateDict, StrictErrorsListTheKeysBesideASizeMismatchAsPythonDoes) {
   StateDict sd;
   sd.insert_or_assign("weight", at::zeros({3, 2}));
   sd.insert_or_assign("extra", at::ones({1}));
-  EXPECT_EQ(message_of([&] { modhooks::load_state_dict(linear, sd); }),
+  EXPECT_EQ(expect_error<modhooks::RuntimeError>([&] { modhooks::load_state_dict(linear, sd); },
+                                                 "state.load.missing_keys"),
             "Error(s) in loading state_dict for Linear:\n\tMissing key(s) in state_dict: "
             "\"bias\". \n\tUnexpected key(s) in state_dict: \"extra\". \n\tsize mismatch for "
             "weight: copying a param with shape torch.Size([3, 2]) from checkpoint, the shape in "
             "current model is torch.Size([2, 2]).");
   // Not strict: the size mismatch alone.
-  EXPECT_EQ(message_of([&] { modhooks::load_state_dict(linear, sd, /*strict=*/false); }),
+  EXPECT_EQ(expect_error<modhooks::RuntimeError>(
+                [&] { modhooks::load_state_dict(linear, sd, /*strict=*/false); },
+                "state.load.size_mismatch"),
             "Error(s) in loading state_dict for Linear:\n\tsize mismatch for weight: copying a "
             "param with shape torch.Size([3, 2]) from checkpoint, the shape in current model is "
             "torch.Size([2, 2]).");
@@ -495,18 +500,19 @@ TEST(LoadStateDict, StrictErrorsListTheKeysBesideASizeMismatchAsPythonDoes) {
 
 TEST(LoadStateDict, ATemplatedModuleIsNamedByItsClass) {
   auto wrap = std::make_shared<WrapImpl<torch::nn::Linear>>();
-  EXPECT_THROWS_WITH(modhooks::load_state_dict(*wrap, StateDict()),
-                     "Error(s) in loading state_dict for Wrap:\n\tMissing key(s)");
+  EXPECT_ERROR_WITH(modhooks::load_state_dict(*wrap, StateDict()), RuntimeError,
+                    "state.load.missing_keys",
+                    "Error(s) in loading state_dict for Wrap:\n\tMissing key(s)");
 }
 
 TEST(LoadStateDict, AnEmptyOneDimEntryForAZeroDimTensorIsASizeMismatch) {
   torch::nn::BatchNorm1d bn(2);
   auto sd = modhooks::state_dict(bn);
   sd.insert_or_assign("num_batches_tracked", at::zeros({0}, at::kLong));
-  EXPECT_THROWS_WITH(modhooks::load_state_dict(bn, sd),
-                     "size mismatch for num_batches_tracked: copying a param with shape "
-                     "torch.Size([0]) from checkpoint, the shape in current model is "
-                     "torch.Size([]).");
+  EXPECT_ERROR_WITH(modhooks::load_state_dict(bn, sd), RuntimeError, "state.load.size_mismatch",
+                    "size mismatch for num_batches_tracked: copying a param with shape "
+                    "torch.Size([0]) from checkpoint, the shape in current model is "
+                    "torch.Size([]).");
 }
 
 namespace {
@@ -554,7 +560,8 @@ TEST(LoadStateDictMeta, AFailedAssignPutsTheMetaTensorsBack) {
   MetaNet net;
   const StateDict sd = real_state_of_meta_net();
   FailCopy fail(2);
-  EXPECT_THROW(modhooks::load_state_dict(net, sd, true, /*assign=*/true), modhooks::Error);
+  EXPECT_ERROR(modhooks::load_state_dict(net, sd, true, /*assign=*/true), RuntimeError,
+               "state.load.copy_failed");
   EXPECT_TRUE(net->weight.is_meta());
   EXPECT_TRUE(net->frozen.is_meta());
   EXPECT_TRUE(net->stats.is_meta());
@@ -600,7 +607,8 @@ TEST(StateDictVersions, AnOldBatchNormStateDictLoadsWithoutItsCounter) {
   EXPECT_NO_THROW(modhooks::load_state_dict(bn, sd));
   // Version 2 promised the counter: now it is missing.
   sd.metadata().insert_or_assign("", Metadata{{"version", 2}});
-  EXPECT_EQ(message_of([&] { modhooks::load_state_dict(bn, sd); }),
+  EXPECT_EQ(expect_error<modhooks::RuntimeError>([&] { modhooks::load_state_dict(bn, sd); },
+                                                 "state.load.missing_keys"),
             "Error(s) in loading state_dict for BatchNorm1d:\n\tMissing key(s) in state_dict: "
             "\"num_batches_tracked\". ");
 }
@@ -611,7 +619,8 @@ TEST(StateDictVersions, AnOldInstanceNormStateDictWithRunningStatsIsRefusedAsInP
   sd.insert_or_assign("running_mean", at::zeros({2}));
   sd.insert_or_assign("running_var", at::ones({2}));
   EXPECT_EQ(
-      message_of([&] { modhooks::load_state_dict(norm, sd); }),
+      expect_error<modhooks::RuntimeError>([&] { modhooks::load_state_dict(norm, sd); },
+                                           "state.load.error_msgs"),
       "Error(s) in loading state_dict for InstanceNorm1d:\n\tUnexpected running stats buffer(s) "
       "\"running_mean\" and \"running_var\" for InstanceNorm1d with track_running_stats=False. "
       "If state_dict is a checkpoint saved before 0.4.0, this may be expected because "
@@ -643,8 +652,8 @@ TEST(StateDictVersions, AModulesOwnVersionReachesItsStateDictAndItsUpgradeHook) 
   EXPECT_TRUE(linear->weight.eq(4).all().item<bool>());
   // A current state dict passes untouched; an old one without the rename is refused.
   old.metadata().insert_or_assign("", Metadata{{"version", 2}});
-  EXPECT_THROWS_WITH(modhooks::load_state_dict(linear, old),
-                     "Missing key(s) in state_dict: \"weight\"");
+  EXPECT_ERROR_WITH(modhooks::load_state_dict(linear, old), RuntimeError, "state.load.missing_keys",
+                    "Missing key(s) in state_dict: \"weight\"");
 }
 
 TEST(StateDictHooks, AModuleNoSharedPtrOwnsTakesBuffersButNoHooks) {
@@ -654,9 +663,9 @@ TEST(StateDictHooks, AModuleNoSharedPtrOwnsTakesBuffersButNoHooks) {
     OnStackImpl() { modhooks::register_buffer(*this, "scratch", at::zeros({2}), false); }
   } on_stack;
   EXPECT_FALSE(modhooks::state_dict(on_stack).contains("scratch"));
-  EXPECT_THROWS_WITH(modhooks::register_state_dict_pre_hook(
-                         on_stack, [](torch::nn::Module&, const std::string&, bool) {}),
-                     "cannot be tied to its lifetime");
+  EXPECT_ERROR_WITH(modhooks::register_state_dict_pre_hook(
+                        on_stack, [](torch::nn::Module&, const std::string&, bool) {}),
+                    RuntimeError, "nn.hook.unowned_module", "cannot be tied to its lifetime");
 }
 
 // A module that registers a non-persistent buffer in its constructor gets its entry before a

@@ -1,6 +1,6 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
-#include "modhooks/state/object.h"
+#include "modhooks/checkpoint/object.h"
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "modhooks/state/detail/checkpoint_bytes.h"
+#include "modhooks/checkpoint/detail/checkpoint_bytes.h"
 #include "modhooks/state/module_state.h"
 #include "modhooks/state/state_dict.h"
 #include "test_util.h"
@@ -132,17 +132,21 @@ TEST(LoadObject, ViewsShareTheirStorageAndSharedObjectsStayShared) {
 }
 
 TEST(LoadObject, RefusesWhatIValuesCannotHoldNamingTheFile) {
-  const std::string deep = message_of([] { modhooks::load_object(fixture("deep.pt")); });
+  const std::string deep = expect_error<modhooks::FormatError>(
+      [] { modhooks::load_object(fixture("deep.pt")); }, "checkpoint.pickle.too_deep");
   EXPECT_NE(deep.find("deep.pt"), std::string::npos) << deep;
   EXPECT_NE(deep.find("nest deeper than 32 levels"), std::string::npos) << deep;
-  const std::string set = message_of([] { modhooks::load_object(fixture("set.pt")); });
+  const std::string set = expect_error<modhooks::FormatError>(
+      [] { modhooks::load_object(fixture("set.pt")); }, "checkpoint.pickle.refused_global");
   EXPECT_NE(set.find("set' is not allowed"), std::string::npos) << set;
-  const std::string bytes = message_of([] { modhooks::load_object(fixture("bytes.pt")); });
+  const std::string bytes = expect_error<modhooks::FormatError>(
+      [] { modhooks::load_object(fixture("bytes.pt")); }, "checkpoint.pickle.refused_global");
   EXPECT_NE(bytes.find("_codecs.encode' is not allowed"), std::string::npos) << bytes;
 }
 
 TEST(LoadObject, LoadStillRefusesATrainingCheckpoint) {
-  const std::string text = message_of([] { modhooks::load(fixture("checkpoint.pt")); });
+  const std::string text = expect_error<modhooks::TypeError>(
+      [] { modhooks::load(fixture("checkpoint.pt")); }, "checkpoint.load.not_a_state_dict");
   EXPECT_NE(text.find("state dict entry 'model' is a dict, not a tensor"), std::string::npos)
       << text;
 }
@@ -154,7 +158,7 @@ TEST(LoadObject, EveryTruncationFailsCleanly) {
   EXPECT_NO_THROW(modhooks::detail::load_object_from_bytes(bytes));
   for (std::size_t n = 0; n < bytes.size(); n += 7) {
     EXPECT_THROW(modhooks::detail::load_object_from_bytes(std::string_view(bytes).substr(0, n)),
-                 modhooks::Error)
+                 modhooks::FormatError)
         << n;
   }
 }
@@ -218,7 +222,7 @@ TEST(LoadObject, EveryTruncationOfALegacyFileFailsCleanly) {
   EXPECT_NO_THROW(modhooks::detail::load_object_from_bytes(bytes));
   for (std::size_t n = 16; n < bytes.size(); n += 5) {
     EXPECT_THROW(modhooks::detail::load_object_from_bytes(std::string_view(bytes).substr(0, n)),
-                 modhooks::Error)
+                 modhooks::FormatError)
         << n;
   }
 }
@@ -235,12 +239,15 @@ TEST(StateDictFrom, TakesMappingsOfNamesToTensorsOnly) {
   EXPECT_EQ(keys_of(back.toGenericDict()), (std::vector<std::string>{"b", "a"}));
   EXPECT_TRUE(back.toGenericDict().at("b").toTensor().is_same(sd.at("b")));
 
-  EXPECT_THROWS_WITH(StateDict::from(IValue(3)), "StateDict::from: the value is a Int");
+  EXPECT_ERROR_WITH(StateDict::from(IValue(3)), TypeError, "state.state_dict.not_a_dict",
+                    "StateDict::from: the value is a Int");
   dict.insert("epoch", 3);
-  EXPECT_THROWS_WITH(StateDict::from(IValue(dict)), "entry 'epoch' is a Int, not a tensor");
+  EXPECT_ERROR_WITH(StateDict::from(IValue(dict)), TypeError, "state.state_dict.entry_not_tensor",
+                    "entry 'epoch' is a Int, not a tensor");
   c10::impl::GenericDict ints(c10::IntType::get(), c10::TensorType::get());
   ints.insert(IValue(std::int64_t{0}), at::ones({1}));
-  EXPECT_THROWS_WITH(StateDict::from(IValue(ints)), "a key is a Int, not a str");
+  EXPECT_ERROR_WITH(StateDict::from(IValue(ints)), TypeError, "state.state_dict.key_not_str",
+                    "a key is a Int, not a str");
 }
 
 TEST(SaveObject, WritesWhatPythonReads) {
@@ -309,7 +316,8 @@ TEST(SaveObject, RefusesWhatPythonCouldNotReadBackBeforeWriting) {
   c10::impl::GenericList cycle(c10::AnyType::get());
   cycle.push_back(1);
   cycle.push_back(cycle);
-  EXPECT_THROWS_WITH(modhooks::save_object(cycle, path), "object[1] contains itself");
+  EXPECT_ERROR_WITH(modhooks::save_object(cycle, path), ValueError, "checkpoint.save.cycle",
+                    "object[1] contains itself");
   cycle.clear();  // reference counting cannot free a cycle (LeakSanitizer reports it)
 
   IValue deep = c10::impl::GenericList(c10::AnyType::get());
@@ -318,11 +326,13 @@ TEST(SaveObject, RefusesWhatPythonCouldNotReadBackBeforeWriting) {
     outer.push_back(deep);
     deep = outer;
   }
-  EXPECT_THROWS_WITH(modhooks::save_object(deep, path), "nests deeper than 32 levels");
+  EXPECT_ERROR_WITH(modhooks::save_object(deep, path), ValueError, "checkpoint.save.too_deep",
+                    "nests deeper than 32 levels");
 
   c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
   dict.insert("undefined", at::Tensor());
-  EXPECT_THROWS_WITH(modhooks::save_object(dict, path), "is an undefined tensor");
+  EXPECT_ERROR_WITH(modhooks::save_object(dict, path), ValueError,
+                    "checkpoint.save.undefined_tensor", "is an undefined tensor");
   EXPECT_FALSE(std::ifstream(path).good());
 }
 
@@ -334,7 +344,8 @@ TEST(SaveObject, SafetensorsPathsTakeAStateDict) {
   const auto back = modhooks::load_object(path).toGenericDict();
   EXPECT_TRUE(at::equal(at(back, "w").toTensor(), at::arange(4, at::kFloat)));
   dict.insert("epoch", 1);
-  EXPECT_THROWS_WITH(modhooks::save_object(dict, path), "entry 'epoch' is a Int, not a tensor");
+  EXPECT_ERROR_WITH(modhooks::save_object(dict, path), TypeError,
+                    "state.state_dict.entry_not_tensor", "entry 'epoch' is a Int, not a tensor");
 }
 
 }  // namespace

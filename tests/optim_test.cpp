@@ -1,6 +1,6 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
-#include "modhooks/state/optim.h"
+#include "modhooks/optim/optim.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Dict.h>
@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "modhooks/checkpoint/object.h"
 #include "modhooks/state/module_state.h"
-#include "modhooks/state/object.h"
 #include "modhooks/state/state_dict.h"
 #include "test_util.h"
 
@@ -251,8 +251,9 @@ TEST(OptimLoadStateDict, ThrowsLeavingTheOptimizerUnchangedWhenGroupsDiffer) {
   model->forward(at::ones({1, 4})).sum().backward();
   one.step();
   const std::string before = snapshot(one);
-  EXPECT_THROWS_WITH(modhooks::optim::load_state_dict(one, python),
-                     "loaded state dict has a different number of parameter groups");
+  EXPECT_ERROR_WITH(modhooks::optim::load_state_dict(one, python), ValueError,
+                    "optim.load.group_count_mismatch",
+                    "loaded state dict has a different number of parameter groups");
   EXPECT_EQ(snapshot(one), before);
 
   // Two groups of other sizes.
@@ -264,9 +265,10 @@ TEST(OptimLoadStateDict, ThrowsLeavingTheOptimizerUnchangedWhenGroupsDiffer) {
       torch::optim::AdamOptions(0.5));
   two.step();
   const std::string before_two = snapshot(two);
-  EXPECT_THROWS_WITH(modhooks::optim::load_state_dict(two, python),
-                     "loaded state dict contains a parameter group that doesn't match the size "
-                     "of optimizer's group");
+  EXPECT_ERROR_WITH(modhooks::optim::load_state_dict(two, python), ValueError,
+                    "optim.load.group_size_mismatch",
+                    "loaded state dict contains a parameter group that doesn't match the size "
+                    "of optimizer's group");
   EXPECT_EQ(snapshot(two), before_two);
 }
 
@@ -279,27 +281,29 @@ TEST(OptimLoadStateDict, ThrowsLeavingTheOptimizerUnchangedOnBadState) {
   auto state = at(python, "state").toGenericDict();
   auto last = state.at(IValue(std::int64_t{3})).toGenericDict();
   last.insert_or_assign("exp_avg", at::ones({5}));
-  EXPECT_THROWS_WITH(modhooks::optim::load_state_dict(*opt, python),
-                     "state[3]['exp_avg'] has size [5] but its parameter [2]");
+  EXPECT_ERROR_WITH(modhooks::optim::load_state_dict(*opt, python), ValueError,
+                    "optim.load.state_size_mismatch",
+                    "state[3]['exp_avg'] has size [5] but its parameter [2]");
   EXPECT_EQ(snapshot(*opt), before);
   // maximize, which libtorch's step has not.
   python = at(modhooks::load_object(fixture("adam.pt")), "optimizer");
   at(python, "param_groups").toList().get(1).toGenericDict().insert_or_assign("maximize", true);
-  EXPECT_THROWS_WITH(modhooks::optim::load_state_dict(*opt, python),
-                     "param_groups[1]['maximize'] is True");
+  EXPECT_ERROR_WITH(modhooks::optim::load_state_dict(*opt, python), ValueError,
+                    "optim.load.unsupported_option", "param_groups[1]['maximize'] is True");
   EXPECT_EQ(snapshot(*opt), before);
   // Python's AdamW state into libtorch's Adam.
   python = at(modhooks::load_object(fixture("adamw.pt")), "optimizer");
-  EXPECT_THROWS_WITH(modhooks::optim::load_state_dict(*opt, python),
-                     "decoupled_weight_decay'] is True, which is libtorch's AdamW, not Adam");
+  EXPECT_ERROR_WITH(modhooks::optim::load_state_dict(*opt, python), ValueError,
+                    "optim.load.adam_kind_mismatch",
+                    "decoupled_weight_decay'] is True, which is libtorch's AdamW, not Adam");
   EXPECT_EQ(snapshot(*opt), before);
 }
 
 TEST(OptimLoadStateDict, RefusesOtherOptimizers) {
   auto model = make_model();
   torch::optim::LBFGS lbfgs(model->parameters());
-  EXPECT_THROWS_WITH(modhooks::optim::state_dict(lbfgs),
-                     "only libtorch's SGD, Adam, AdamW, RMSprop and Adagrad");
+  EXPECT_ERROR_WITH(modhooks::optim::state_dict(lbfgs), TypeError, "optim.optimizer.unsupported",
+                    "only libtorch's SGD, Adam, AdamW, RMSprop and Adagrad");
 }
 
 }  // namespace

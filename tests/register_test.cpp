@@ -266,16 +266,16 @@ TEST(RemovableHandle, AModuleNoSharedPtrOwnsCannotTakeHooks) {
   // inherit hooks whose captures are gone. Registration is refused, naming the module.
   torch::nn::LinearImpl on_stack(2, 2);
   const std::string why = "a hook on Linear cannot be tied to its lifetime";
-  EXPECT_THROWS_WITH(modhooks::register_forward_hook(
-                         on_stack, [](torch::nn::Module&, const IValues&, const c10::IValue&) {}),
-                     why);
-  EXPECT_THROWS_WITH(
+  EXPECT_ERROR_WITH(modhooks::register_forward_hook(
+                        on_stack, [](torch::nn::Module&, const IValues&, const c10::IValue&) {}),
+                    RuntimeError, "nn.hook.unowned_module", why);
+  EXPECT_ERROR_WITH(
       modhooks::register_forward_pre_hook(on_stack, [](torch::nn::Module&, const IValues&) {}),
-      why);
-  EXPECT_THROWS_WITH(modhooks::register_full_backward_hook(
-                         on_stack, [](torch::nn::Module&, const modhooks::TensorList&,
-                                      const modhooks::TensorList&) {}),
-                     why);
+      RuntimeError, "nn.hook.unowned_module", why);
+  EXPECT_ERROR_WITH(modhooks::register_full_backward_hook(
+                        on_stack, [](torch::nn::Module&, const modhooks::TensorList&,
+                                     const modhooks::TensorList&) {}),
+                    RuntimeError, "nn.hook.unowned_module", why);
   EXPECT_EQ(modhooks::detail::find_hooks(on_stack), nullptr);
   // The same module owned by a shared_ptr takes them.
   auto owned = std::make_shared<torch::nn::LinearImpl>(2, 2);

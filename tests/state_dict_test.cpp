@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 namespace {
 
 using modhooks::StateDict;
@@ -48,11 +50,11 @@ TEST(StateDict, AtThrowsNamingTheKey) {
   try {
     sd.at("fc1.weight");
     FAIL() << "at() on a missing key returned";
-  } catch (const modhooks::Error& e) {
+  } catch (const modhooks::KeyError& e) {
     EXPECT_NE(std::string(e.what()).find("'fc1.weight'"), std::string::npos) << e.what();
   }
   const StateDict& const_sd = sd;
-  EXPECT_THROW(const_sd.at("absent"), modhooks::Error);
+  EXPECT_ERROR(const_sd.at("absent"), KeyError, "state.state_dict.missing_key");
   EXPECT_EQ(const_sd.at("present").item<double>(), 1);
 }
 
@@ -150,7 +152,7 @@ TEST(StateDict, MetadataIsAnOrderedMapOfPrefixes) {
   EXPECT_EQ(sd.metadata().keys(), (std::vector<std::string>{"", "bn", "0"}));
   EXPECT_EQ(sd.metadata().at("bn").at("version"), 2);
   EXPECT_TRUE(sd.metadata().at("0").empty());
-  EXPECT_THROW(sd.metadata().at("missing"), modhooks::Error);
+  EXPECT_ERROR(sd.metadata().at("missing"), KeyError, "state.state_dict.missing_key");
   const StateDict copy = sd;
   EXPECT_EQ(copy.metadata().size(), 3u);
 }

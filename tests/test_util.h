@@ -38,6 +38,40 @@ std::string message_of(const std::function<void()>& f) {
   return "";
 }
 
+/// The text of the error that `f` throws, which must be an `E` (a modhooks category) with id
+/// `id`; fails the test when `f` throws nothing, another type or another id. Tests tell
+/// failures apart this way, and check the text beside it only where the text is the point
+/// (Python's messages).
+template <class E>
+std::string expect_error(const std::function<void()>& f, const std::string& id) {
+  try {
+    f();
+  } catch (const E& e) {
+    EXPECT_EQ(e.id(), id) << e.what();
+    return e.what();
+  } catch (const modhooks::Error& e) {
+    ADD_FAILURE() << "expected a " << typeid(E).name() << " \"" << id << "\", got a "
+                  << typeid(e).name() << " \"" << e.id() << "\": " << e.what();
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected a " << typeid(E).name() << " \"" << id << "\", got a "
+                  << typeid(e).name() << ": " << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a " << typeid(E).name() << " \"" << id << "\", nothing was thrown";
+  return "";
+}
+
+/// `statement` throws a `modhooks::Type` with id `id` (see expect_error).
+#define EXPECT_ERROR(statement, Type, id) (void)expect_error<modhooks::Type>([&] { statement; }, id)
+
+/// EXPECT_ERROR, and the text contains `substring`: for texts that are Python's.
+#define EXPECT_ERROR_WITH(statement, Type, id, substring)                                \
+  do {                                                                                   \
+    const std::string error_text = expect_error<modhooks::Type>([&] { statement; }, id); \
+    EXPECT_NE(error_text.find(substring), std::string::npos) << error_text;              \
+  } while (0)
+
 #if TORCH_VERSION_MAJOR >= 2
 namespace warning_api = c10::WarningUtils;
 #else

@@ -5,6 +5,9 @@
 /// \file
 /// The umbrella header: modhooks' public API but the `dist` component (`modhooks/dist.h`) and
 /// the device layer's `device/backend.h` and `device/acl_library.h`.
+#include "modhooks/checkpoint/checkpoint.h"
+#include "modhooks/checkpoint/model_io.h"
+#include "modhooks/checkpoint/object.h"
 #include "modhooks/core/error.h"
 #include "modhooks/core/handle.h"
 #include "modhooks/device/grad.h"
@@ -14,12 +17,9 @@
 #include "modhooks/nn/modules.h"
 #include "modhooks/nn/sequential.h"
 #include "modhooks/nn/submodule.h"
+#include "modhooks/optim/optim.h"
 #include "modhooks/register.h"
-#include "modhooks/state/checkpoint.h"
-#include "modhooks/state/model_io.h"
 #include "modhooks/state/module_state.h"
-#include "modhooks/state/object.h"
-#include "modhooks/state/optim.h"
 #include "modhooks/state/state_dict.h"
 #include "modhooks/state/state_hooks.h"
 #include "modhooks/version.h"

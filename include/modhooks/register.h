@@ -7,10 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "modhooks/core/detail/adapt.h"
 #include "modhooks/core/handle.h"
-#include "modhooks/dispatch/adapt.h"
-#include "modhooks/dispatch/global.h"
-#include "modhooks/module_ref.h"
+#include "modhooks/detail/module_ref.h"
+#include "modhooks/dispatch/detail/global.h"
+#include "modhooks/jit/detail/registry.h"
+#include "modhooks/nn/detail/registry.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE

@@ -5,8 +5,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "modhooks/core/detail/hook_list.h"
 #include "modhooks/core/handle.h"
-#include "modhooks/core/hook_list.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE

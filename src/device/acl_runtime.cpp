@@ -84,7 +84,9 @@ void* open_library(const std::string& dir, const char* name) {
   std::string path = dir.empty() ? name : dir + "/" + name;
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
   if (!h) {
-    modhooks::detail::fail("modhooks: cannot load " + path + " for the NPU backend: " + dl_error());
+    modhooks::detail::fail<RuntimeError>(
+        "device.acl.load_failed",
+        "modhooks: cannot load " + path + " for the NPU backend: " + dl_error());
   }
   return h;
 }
@@ -93,8 +95,9 @@ template <class Fn>
 Fn resolve(void* handle, const char* library, const char* symbol) {
   void* p = dlsym(handle, symbol);
   if (!p) {
-    modhooks::detail::fail(std::string("modhooks: ") + library + " has no " + symbol +
-                           "; this CANN is too old for the NPU backend");
+    modhooks::detail::fail<RuntimeError>("device.acl.missing_symbol",
+                                         std::string("modhooks: ") + library + " has no " + symbol +
+                                             "; this CANN is too old for the NPU backend");
   }
   return reinterpret_cast<Fn>(p);
 }
@@ -141,9 +144,10 @@ const char* error_name(int code) {
 void set_acl_library_path(const std::string& dir) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto* runtime = g_runtime.load()) {
-    modhooks::detail::fail("modhooks: set_acl_library_path(\"" + dir +
-                           "\") comes too late: ACL is already loaded from " +
-                           runtime->directory());
+    modhooks::detail::fail<RuntimeError>("device.acl.already_loaded",
+                                         "modhooks: set_acl_library_path(\"" + dir +
+                                             "\") comes too late: ACL is already loaded from " +
+                                             runtime->directory());
   }
   g_explicit_dir = dir;
 }
@@ -187,11 +191,12 @@ AclRuntime::AclRuntime(const std::vector<std::string>& dirs) {
       tried += "\n  " + describe(dir) + ": " + dl_error();
     }
     if (!runtime) {
-      modhooks::detail::fail(
+      modhooks::detail::fail<RuntimeError>(
+          "device.acl.not_found",
           std::string("modhooks: the NPU backend needs CANN's ACL runtime (") + kRuntimeLibrary +
-          ") and found none. Searched, in order:" + tried +
-          "\nInstall CANN and source its set_env.sh, set MODHOOKS_ACL_LIB_DIR, or call "
-          "modhooks::device::set_acl_library_path().");
+              ") and found none. Searched, in order:" + tried +
+              "\nInstall CANN and source its set_env.sh, set MODHOOKS_ACL_LIB_DIR, or call "
+              "modhooks::device::set_acl_library_path().");
     }
   }
   void* tensors = open_library(directory_, kTensorLibrary);
@@ -238,9 +243,10 @@ AclRuntime::AclRuntime(const std::vector<std::string>& dirs) {
 void AclRuntime::check(int code, const std::string& what) const {
   if (code == acl_own::kSuccess) return;
   const char* name = error_name(code);
-  modhooks::detail::fail("modhooks: ACL error " + std::to_string(code) +
-                         (name ? std::string(" (") + name + ")" : "") + " from " + what + ": " +
-                         recent_message());
+  modhooks::detail::fail<RuntimeError>(
+      "device.acl.call_failed", "modhooks: ACL error " + std::to_string(code) +
+                                    (name ? std::string(" (") + name + ")" : "") + " from " + what +
+                                    ": " + recent_message());
 }
 
 std::string AclRuntime::recent_message() const {

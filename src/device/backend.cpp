@@ -78,16 +78,17 @@ void require_dense(const at::Tensor& t, const char* what) {
     msg << "modhooks: the NPU backend needs contiguous tensors in a base format, but the " << what
         << " on " << t.device() << " is not contiguous (sizes " << t.sizes() << ", strides "
         << t.strides() << "); make it .contiguous() first";
-    modhooks::detail::fail(msg.str());
+    modhooks::detail::fail<RuntimeError>("device.npu.not_contiguous", msg.str());
   }
   if (NpuFormatFn fn = npu_format_fn()) {
     int64_t format = fn(t);
     if (!is_base_format(format)) {
-      modhooks::detail::fail(
+      modhooks::detail::fail<RuntimeError>(
+          "device.npu.private_format",
           std::string("modhooks: the NPU backend needs contiguous tensors in a base "
                       "format, but the ") +
-          what + " on npu has private ACL format " + std::to_string(format) +
-          "; convert it with torch_npu.npu_format_cast(t, 2) first");
+              what + " on npu has private ACL format " + std::to_string(format) +
+              "; convert it with torch_npu.npu_format_cast(t, 2) first");
     }
   }
 }

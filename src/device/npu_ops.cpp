@@ -26,10 +26,11 @@ acl::aclDataType acl_dtype(c10::ScalarType t) {
     case c10::ScalarType::Double:
       return acl_own::ACL_DOUBLE;
     default:
-      modhooks::detail::fail(
+      modhooks::detail::fail<RuntimeError>(
+          "device.npu.unsupported_dtype",
           std::string("modhooks: the NPU backend scales float, half, bfloat16 and double "
                       "tensors only, not ") +
-          c10::toString(t));
+              c10::toString(t));
   }
 }
 
@@ -67,8 +68,9 @@ acl::aclTensor* make_tensor(const AclRuntime& rt, const NpuBuffer& b, acl::aclDa
       rt.fn().create_tensor(b.sizes.data(), b.sizes.size(), dtype, strides.data(),
                             /*offset=*/0, acl_own::ACL_FORMAT_ND, &storage, 1, b.data);
   if (!t)
-    modhooks::detail::fail("modhooks: aclCreateTensor on " + where(b) +
-                           " failed: " + rt.recent_message());
+    modhooks::detail::fail<RuntimeError>(
+        "device.acl.create_failed",
+        "modhooks: aclCreateTensor on " + where(b) + " failed: " + rt.recent_message());
   return t;
 }
 
@@ -94,7 +96,8 @@ void npu_fill_zero(const NpuBuffer& dst) {
 
 void npu_mul(const NpuBuffer& src, double factor, const NpuBuffer& dst) {
   if (src.sizes != dst.sizes || src.dtype != dst.dtype || src.device != dst.device) {
-    modhooks::detail::fail(
+    modhooks::detail::fail<RuntimeError>(
+        "device.npu.mismatched_buffers",
         "modhooks: npu_mul needs source and destination of one shape, dtype and device");
   }
   const acl::aclDataType dtype = acl_dtype(src.dtype);
@@ -114,8 +117,9 @@ void npu_mul(const NpuBuffer& src, double factor, const NpuBuffer& dst) {
                             wide ? acl_own::ACL_DOUBLE : acl_own::ACL_FLOAT),
       [&rt](acl::aclScalar* p) { rt.fn().destroy_scalar(p); });
   if (!scalar.get()) {
-    modhooks::detail::fail("modhooks: aclCreateScalar on " + where(src) +
-                           " failed: " + rt.recent_message());
+    modhooks::detail::fail<RuntimeError>(
+        "device.acl.create_failed",
+        "modhooks: aclCreateScalar on " + where(src) + " failed: " + rt.recent_message());
   }
 
   uint64_t workspace_size = 0;

@@ -1,6 +1,6 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
-#include "modhooks/dispatch/backward_hook.h"
+#include "modhooks/dispatch/detail/backward_hook.h"
 
 #include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
@@ -82,15 +82,18 @@ TensorList gather(const TensorList& all, const std::vector<std::size_t>& positio
 }  // namespace
 
 void fail_backward_hook_length(std::size_t got, std::size_t expected) {
-  fail(
+  fail<RuntimeError>(
+      "dispatch.backward_hook.bad_grad_input_count",
       fmt::format("Backward hook returned an invalid number of grad_input, got {}, but expected {}",
                   got, expected));
 }
 
 void fail_backward_pre_hook_length(std::size_t got, std::size_t expected) {
-  fail(fmt::format(
-      "Backward pre hook returned an invalid number of grad_output, got {}, but expected {}", got,
-      expected));
+  fail<RuntimeError>(
+      "dispatch.backward_pre_hook.bad_grad_output_count",
+      fmt::format(
+          "Backward pre hook returned an invalid number of grad_output, got {}, but expected {}",
+          got, expected));
 }
 
 /// What torch::autograd::Function does with inputs it returns as they are: each comes out as a
@@ -157,7 +160,8 @@ TensorList BackwardHookBase::output_grads_ready(const TensorList& grads) {
     run_full_hooks(grad_input, grad_output, /*check_length=*/false);
     if (std::any_of(grad_input.begin(), grad_input.end(),
                     [](const at::Tensor& t) { return t.defined(); })) {
-      fail(
+      fail<RuntimeError>(
+          "dispatch.backward_hook.grad_without_input",
           "Backward hook for Modules where no input requires gradient should always return None "
           "or None for all gradients.");
     }
@@ -180,7 +184,8 @@ TensorList BackwardHookBase::input_grads_ready(const TensorList& grads) {
   TensorList result = gather(grad_input, input_positions_);
   for (std::size_t i = 0; i < result.size(); ++i) {
     if (!grads[i].defined() && result[i].defined()) {
-      fail("can't replace a None gradient with a non-None value");
+      fail<RuntimeError>("dispatch.backward_hook.replaced_none_grad",
+                         "can't replace a None gradient with a non-None value");
     }
   }
   return result;

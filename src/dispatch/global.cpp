@@ -1,6 +1,6 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
-#include "modhooks/dispatch/global.h"
+#include "modhooks/dispatch/detail/global.h"
 
 #include <cstdint>
 

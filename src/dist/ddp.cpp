@@ -25,10 +25,10 @@ namespace dist {
 namespace detail {
 namespace {
 
-constexpr double kDefaultBucketCapMb = 25;                    // Python's _DEFAULT_BUCKET_CAP_MB
-constexpr int64_t kDefaultFirstBucketBytes = 1024 * 1024;     // dist._DEFAULT_FIRST_BUCKET_BYTES
-constexpr int64_t kBroadcastBucketBytes = 250 * 1024 * 1024;  // DDP's broadcast_bucket_size
-constexpr int64_t kMiB = 1024 * 1024;
+constexpr double kDefaultBucketCapMb = 25;  // Python's _DEFAULT_BUCKET_CAP_MB
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr int64_t kDefaultFirstBucketBytes = kMiB;     // dist._DEFAULT_FIRST_BUCKET_BYTES
+constexpr int64_t kBroadcastBucketBytes = 250 * kMiB;  // DDP's broadcast_bucket_size
 
 /// The Reducer's messages speak of Python's keywords; ours name the C++ options and keep
 /// libtorch's text (which parameters, which ranks) after them.
@@ -36,15 +36,17 @@ constexpr int64_t kMiB = 1024 * 1024;
   std::string text = first_line(e.what());
   if (text.find("Expected to have finished reduction in the prior iteration") !=
       std::string::npos) {
-    modhooks::detail::fail(
+    modhooks::detail::fail<RuntimeError>(
+        "dist.reducer.unused_parameters",
         "[modhooks.dist.unused_parameters] The previous step did not reduce every gradient: "
         "the model has parameters that took no part in producing its loss. Construct "
         "DistributedDataParallel with DDPOptions().find_unused_parameters(true) (or "
         ".static_graph(true) when the set of unused parameters stays the same every step), or "
         "make every output of forward part of the loss. libtorch's Reducer says: " +
-        text);
+            text);
   }
-  modhooks::detail::fail(std::string("[modhooks.dist.") + when + "] " + text);
+  modhooks::detail::fail<RuntimeError>("dist.reducer.failed",
+                                       std::string("[modhooks.dist.") + when + "] " + text);
 }
 
 template <class F>
@@ -167,10 +169,11 @@ class FunctionCommHook : public c10d::CommHookInterface {
     if (result.isTensor()) return result.toTensor();
     if (result.isTensorList()) return result.toTensorVector().at(0);
     if (result.isList()) return result.toList().get(0).toTensor();
-    modhooks::detail::fail(
+    modhooks::detail::fail<TypeError>(
+        "dist.comm_hook.bad_result",
         "[modhooks.dist.comm_hook] a comm hook's future must hold a tensor or a list of "
         "tensors, not " +
-        result.tagKind());
+            result.tagKind());
   }
 
  private:
@@ -222,11 +225,12 @@ class AllReduceHook : public c10d::CommHookInterface {
 /// future at the end of backward and the autograd engine rethrows what it holds unchanged, so
 /// this is what `loss.backward()` raises.
 std::exception_ptr backward_error(const std::string& cause) {
-  return std::make_exception_ptr(
-      Error("[modhooks.dist.backward] a gradient bucket's reduction failed during backward: " +
-            first_line(cause) +
-            " (another rank has probably died or stopped: see its log; a rank that merely waits "
-            "fails after InitOptions().timeout)"));
+  return std::make_exception_ptr(RuntimeError(
+      "dist.backward.reduction_failed",
+      "[modhooks.dist.backward] a gradient bucket's reduction failed during backward: " +
+          first_line(cause) +
+          " (another rank has probably died or stopped: see its log; a rank that merely waits "
+          "fails after InitOptions().timeout)"));
 }
 
 /// A comm hook whose future fails with modhooks::Error where the hook's own fails with what the
@@ -289,7 +293,9 @@ class MeanAllReduceHook : public c10d::CommHookInterface {
 // --- CommHook -----------------------------------------------------------------------------------
 
 CommHook::CommHook(Function function) {
-  if (!function) modhooks::detail::fail("[modhooks.dist.comm_hook] empty comm hook function");
+  if (!function)
+    modhooks::detail::fail<ValueError>("dist.comm_hook.empty_function",
+                                       "[modhooks.dist.comm_hook] empty comm hook function");
   factory_ = [f = std::move(function)](const c10::intrusive_ptr<c10d::ProcessGroup>&) {
     return std::make_unique<detail::FunctionCommHook>(f);
   };
@@ -335,8 +341,8 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
   auto& s = *state_;
   s.options = std::move(options);
   s.group = s.options.process_group() ? s.options.process_group() : default_group();
-  s.module = module;
-  register_module("module", module);
+  s.module = std::move(module);
+  register_module("module", s.module);
 
   // Python's _build_params_for_reducer: parameters that require grad, module by module, each
   // once; which of them expect sparse gradients; their names for the Reducer's messages.
@@ -344,7 +350,7 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
   std::vector<bool> expect_sparse;
   std::unordered_map<size_t, std::string> names;
   std::unordered_set<const void*> seen;
-  for (const auto& item : module->named_modules()) {
+  for (const auto& item : s.module->named_modules()) {
     for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) {
       if (!p.value().requires_grad()) continue;
       if (!seen.insert(p.value().unsafeGetTensorImpl()).second) continue;
@@ -376,10 +382,11 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
       }
     }
     if (!differ.str().empty()) {
-      modhooks::detail::fail(
+      modhooks::detail::fail<RuntimeError>(
+          "dist.ddp.model_mismatch",
           "[modhooks.dist.model_mismatch] DistributedDataParallel needs the same model on every "
           "rank:" +
-          differ.str() + " (this is rank " + std::to_string(rank) + ")");
+              differ.str() + " (this is rank " + std::to_string(rank) + ")");
     }
   }
   detail::translate("verify_params",
@@ -388,9 +395,9 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
   // Python's _sync_module_states: rank 0's parameters (and buffers, with broadcast_buffers).
   {
     std::vector<at::Tensor> states;
-    for (const auto& p : module->named_parameters()) states.push_back(p.value().detach());
+    for (const auto& p : s.module->named_parameters()) states.push_back(p.value().detach());
     if (s.options.broadcast_buffers()) {
-      for (const auto& b : module->named_buffers()) states.push_back(b.value().detach());
+      for (const auto& b : s.module->named_buffers()) states.push_back(b.value().detach());
     }
     if (!states.empty()) {
       torch::NoGradGuard no_grad;
@@ -522,12 +529,14 @@ void DistributedDataParallelBase::register_comm_hook(
 void DistributedDataParallelBase::check_hook_registration() const {
   const auto& s = *state_;
   if (s.default_hook) {
-    modhooks::detail::fail(
+    modhooks::detail::fail<RuntimeError>(
+        "dist.comm_hook.registered_too_late",
         "[modhooks.dist.comm_hook] register_comm_hook must come before the first forward of "
         "the DistributedDataParallel object (its default reduction is in place from then on)");
   }
   if (s.hook_registered) {
-    modhooks::detail::fail(
+    modhooks::detail::fail<RuntimeError>(
+        "dist.comm_hook.registered_twice",
         "[modhooks.dist.comm_hook] register_comm_hook may be called once per "
         "DistributedDataParallel object");
   }

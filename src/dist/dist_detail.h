@@ -30,7 +30,9 @@ void translate(const char* what, F&& f) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    modhooks::detail::fail(std::string("[modhooks.dist.") + what + "] " + first_line(e.what()));
+    modhooks::detail::fail<RuntimeError>(
+        "dist.backend.call_failed",
+        std::string("[modhooks.dist.") + what + "] " + first_line(e.what()));
   }
 }
 

@@ -38,7 +38,9 @@ int to_int(const std::string& text, const std::string& what) {
     if (used == text.size()) return value;
   } catch (const std::exception&) {
   }
-  modhooks::detail::fail("[modhooks.dist.init] " + what + " is not an integer: '" + text + "'");
+  modhooks::detail::fail<ValueError>(
+      "dist.init.not_an_integer",
+      "[modhooks.dist.init] " + what + " is not an integer: '" + text + "'");
 }
 
 /// "tcp://host:port?rank=0&world_size=2" -> ("host:port", {rank: 0, world_size: 2}).
@@ -74,9 +76,10 @@ int pick(int option, const std::map<std::string, std::string>& query, const char
   if (auto it = query.find(key); it != query.end()) return to_int(it->second, what);
   std::string value = env_or(env);
   if (value.empty()) {
-    modhooks::detail::fail("[modhooks.dist.init] " + what + " is unknown: set " + env +
-                           " (torchrun does), pass InitOptions()." + key + "(...) or ?" + key +
-                           "= in the URL");
+    modhooks::detail::fail<ValueError>("dist.init.missing_setting",
+                                       "[modhooks.dist.init] " + what + " is unknown: set " + env +
+                                           " (torchrun does), pass InitOptions()." + key +
+                                           "(...) or ?" + key + "= in the URL");
   }
   return to_int(value, env);
 }
@@ -84,8 +87,9 @@ int pick(int option, const std::map<std::string, std::string>& query, const char
 c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, int port, int rank,
                                           int world_size, std::chrono::milliseconds timeout) {
   if (port < 0 || port > 65535) {
-    modhooks::detail::fail("[modhooks.dist.init] port must have value from 0 to 65535 but was " +
-                           std::to_string(port));
+    modhooks::detail::fail<ValueError>(
+        "dist.init.bad_port", "[modhooks.dist.init] port must have value from 0 to 65535 but was " +
+                                  std::to_string(port));
   }
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(port);
@@ -106,8 +110,10 @@ Rendezvous rendezvous(const InitOptions& options, std::chrono::milliseconds time
   const std::string& url = options.init_method();
   auto scheme_end = url.find("://");
   if (scheme_end == std::string::npos) {
-    modhooks::detail::fail("[modhooks.dist.init] init_method '" + url +
-                           "' has no scheme: use env://, tcp://host:port or file:///path");
+    modhooks::detail::fail<RuntimeError>(
+        "dist.init.unknown_scheme",
+        "[modhooks.dist.init] init_method '" + url +
+            "' has no scheme: use env://, tcp://host:port or file:///path");
   }
   std::string scheme = url.substr(0, scheme_end);
   auto [body, query] = split_query(url.substr(scheme_end + 3));
@@ -117,7 +123,8 @@ Rendezvous rendezvous(const InitOptions& options, std::chrono::milliseconds time
     std::string addr = env_or("MASTER_ADDR");
     std::string port = env_or("MASTER_PORT");
     if (addr.empty() || port.empty()) {
-      modhooks::detail::fail(
+      modhooks::detail::fail<ValueError>(
+          "dist.init.missing_setting",
           "[modhooks.dist.init] env:// needs MASTER_ADDR and MASTER_PORT (torchrun sets them)");
     }
     return {tcp_store(addr, to_int(port, "MASTER_PORT"), rank, world, timeout), rank, world};
@@ -127,7 +134,8 @@ Rendezvous rendezvous(const InitOptions& options, std::chrono::milliseconds time
     int world = pick(options.world_size(), query, "world_size", "WORLD_SIZE", "world size");
     auto colon = body.rfind(':');
     if (colon == std::string::npos) {
-      modhooks::detail::fail("[modhooks.dist.init] tcp:// URL needs a port: '" + url + "'");
+      modhooks::detail::fail<ValueError>(
+          "dist.init.bad_url", "[modhooks.dist.init] tcp:// URL needs a port: '" + url + "'");
     }
     std::string host = body.substr(0, colon);
     if (host.size() > 1 && host.front() == '[' && host.back() == ']') {
@@ -140,13 +148,15 @@ Rendezvous rendezvous(const InitOptions& options, std::chrono::milliseconds time
     int rank = pick(options.rank(), query, "rank", "RANK", "rank");
     int world = pick(options.world_size(), query, "world_size", "WORLD_SIZE", "world size");
     if (body.empty())
-      modhooks::detail::fail("[modhooks.dist.init] file:// URL has no path: '" + url + "'");
+      modhooks::detail::fail<ValueError>(
+          "dist.init.bad_url", "[modhooks.dist.init] file:// URL has no path: '" + url + "'");
     auto store = c10::make_intrusive<c10d::FileStore>(body, world);
     store->setTimeout(timeout);
     return {store, rank, world};
   }
-  modhooks::detail::fail("[modhooks.dist.init] unknown init_method scheme '" + scheme +
-                         "': use env://, tcp:// or file://");
+  modhooks::detail::fail<RuntimeError>(
+      "dist.init.unknown_scheme", "[modhooks.dist.init] unknown init_method scheme '" + scheme +
+                                      "': use env://, tcp:// or file://");
 }
 
 }  // namespace
@@ -154,16 +164,19 @@ Rendezvous rendezvous(const InitOptions& options, std::chrono::milliseconds time
 void init_process_group(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(default_group_mutex);
   if (default_group_) {
-    modhooks::detail::fail(
+    modhooks::detail::fail<ValueError>(
+        "dist.init.already_initialized",
         "[modhooks.dist.init] trying to initialize the default process group twice");
   }
   const std::string& backend = options.backend();
   if (backend != "gloo" && backend != "nccl") {
-    modhooks::detail::fail("[modhooks.dist.init] unknown backend '" + backend +
-                           "': use gloo or nccl");
+    modhooks::detail::fail<ValueError>(
+        "dist.init.unknown_backend",
+        "[modhooks.dist.init] unknown backend '" + backend + "': use gloo or nccl");
   }
   if (backend == "nccl" && !is_nccl_available()) {
-    modhooks::detail::fail(
+    modhooks::detail::fail<RuntimeError>(
+        "dist.init.nccl_unavailable",
         "[modhooks.dist.init] this build of modhooks::dist has no NCCL (its libtorch has none, "
         "or NCCL's headers were missing at build time)");
   }
@@ -174,8 +187,9 @@ void init_process_group(const InitOptions& options) {
   try {
     Rendezvous rv = rendezvous(options, timeout);
     if (rv.world_size <= 0 || rv.rank < 0 || rv.rank >= rv.world_size) {
-      modhooks::detail::fail("[modhooks.dist.init] rank " + std::to_string(rv.rank) +
-                             " is not in a world of size " + std::to_string(rv.world_size));
+      modhooks::detail::fail<ValueError>(
+          "dist.init.bad_rank", "[modhooks.dist.init] rank " + std::to_string(rv.rank) +
+                                    " is not in a world of size " + std::to_string(rv.world_size));
     }
     // The same store prefixes as Python's init_process_group, so a store shared with other
     // systems (RPC, a second group) keeps its keys apart.
@@ -201,8 +215,9 @@ void init_process_group(const InitOptions& options) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    modhooks::detail::fail("[modhooks.dist.init] init_process_group(" + options.init_method() +
-                           ") failed: " + detail::first_line(e.what()));
+    modhooks::detail::fail<RuntimeError>(
+        "dist.init.failed", "[modhooks.dist.init] init_process_group(" + options.init_method() +
+                                ") failed: " + detail::first_line(e.what()));
   }
 }
 
@@ -214,7 +229,8 @@ bool is_initialized() {
 c10::intrusive_ptr<c10d::ProcessGroup> default_group() {
   std::lock_guard<std::mutex> lock(default_group_mutex);
   if (!default_group_) {
-    modhooks::detail::fail(
+    modhooks::detail::fail<ValueError>(
+        "dist.group.not_initialized",
         "[modhooks.dist.not_initialized] Default process group has not been initialized, please "
         "make sure to call modhooks::dist::init_process_group.");
   }

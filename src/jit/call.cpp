@@ -10,8 +10,8 @@
 
 #include "hooked_call.h"
 #include "modhooks/core/error.h"
-#include "modhooks/dispatch/dispatch.h"
-#include "modhooks/dispatch/global.h"
+#include "modhooks/dispatch/detail/dispatch.h"
+#include "modhooks/dispatch/detail/global.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
@@ -62,9 +62,10 @@ std::string name_of(const CallSite& site, const torch::jit::Module& module) {
 [[noreturn]] void fail_replacement(const CallSite& site, const torch::jit::Module& module,
                                    const char* hook, const std::string& what,
                                    const c10::IValue& value, const c10::TypePtr& expected) {
-  fail("modhooks: a " + std::string(hook) + " of " + name_of(site, module) + " returned " + what +
-       " of type " + value.type()->repr_str() + ", but the call site expects " +
-       c10::unshapedType(expected)->repr_str());
+  fail<TypeError>("jit.hook.bad_replacement",
+                  "modhooks: a " + std::string(hook) + " of " + name_of(site, module) +
+                      " returned " + what + " of type " + value.type()->repr_str() +
+                      ", but the call site expects " + c10::unshapedType(expected)->repr_str());
 }
 
 void check_args(const CallSite& site, const torch::jit::Module& module,
@@ -72,8 +73,10 @@ void check_args(const CallSite& site, const torch::jit::Module& module,
   const auto& params = site.callee->getSchema().arguments();  // params[0] is self
   const std::size_t n = params.empty() ? 0 : params.size() - 1;
   if (args.size() > n || (site.exact_arity && args.size() != n)) {
-    fail("modhooks: a forward pre-hook of " + name_of(site, module) + " returned " +
-         std::to_string(args.size()) + " arguments, but its forward takes " + std::to_string(n));
+    fail<TypeError>("jit.hook.bad_argument_count",
+                    "modhooks: a forward pre-hook of " + name_of(site, module) + " returned " +
+                        std::to_string(args.size()) + " arguments, but its forward takes " +
+                        std::to_string(n));
   }
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (!fits(args[i], params[i + 1].type())) {
@@ -96,7 +99,7 @@ void check_output(const CallSite& site, const torch::jit::Module& module,
 
 }  // namespace
 
-HookedCall::HookedCall(torch::jit::Module module, std::shared_ptr<JitHooks> hooks,
+HookedCall::HookedCall(torch::jit::Module module, const std::shared_ptr<JitHooks>& hooks,
                        std::shared_ptr<const CallSite> site)
     : module_(std::move(module)),
       site_(std::move(site)),

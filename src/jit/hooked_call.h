@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "modhooks/dispatch/dispatch.h"
-#include "modhooks/dispatch/global.h"
-#include "modhooks/jit/registry.h"
+#include "modhooks/dispatch/detail/dispatch.h"
+#include "modhooks/dispatch/detail/global.h"
+#include "modhooks/jit/detail/registry.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE
@@ -41,7 +41,7 @@ struct CallSite {
 class HookedCall : public torch::CustomClassHolder {
  public:
   /// `hooks` are the module's own tables (may be null); global hooks are added.
-  HookedCall(torch::jit::Module module, std::shared_ptr<JitHooks> hooks,
+  HookedCall(torch::jit::Module module, const std::shared_ptr<JitHooks>& hooks,
              std::shared_ptr<const CallSite> site);
   bool empty() const { return dispatch_.empty(); }
 

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "modhooks/core/hook_list.h"
+#include "modhooks/core/detail/hook_list.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE

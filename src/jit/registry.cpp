@@ -1,6 +1,6 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
-#include "modhooks/jit/registry.h"
+#include "modhooks/jit/detail/registry.h"
 
 #include <cstddef>
 #include <string>
@@ -56,11 +56,12 @@ torch::jit::Module submodule(const torch::jit::Module& root, const std::string& 
             " (a frozen or inference-optimized model keeps no submodules: nothing inside "
             "it can be hooked)";
       }
-      detail::fail(message);
+      detail::fail<AttributeError>("jit.submodule.no_attribute", message);
     }
     const c10::IValue value = module.attr(item);
     if (!value.isObject() || !value.toObjectRef().type()->is_module()) {
-      detail::fail("`" + item + "` is not an nn.Module");
+      detail::fail<AttributeError>("jit.submodule.not_a_module",
+                                   "`" + item + "` is not an nn.Module");
     }
     module = torch::jit::Module(value.toObject());
     begin = end + 1;

@@ -1,6 +1,6 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
-#include "modhooks/nn/registry.h"
+#include "modhooks/nn/detail/registry.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -34,11 +34,13 @@ std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module) {
 }
 
 void fail_unowned(const torch::nn::Module& module) {
-  fail("modhooks: a hook on " + python_class_name(module) +
-       " cannot be tied to its lifetime: the module is not owned by a std::shared_ptr (it lives "
-       "on the stack or by value, or its constructor is still running), so a module built later "
-       "at its address would inherit the hook. Hold it in its holder (torch::nn::Linear) or a "
-       "std::shared_ptr, and register hooks after construction.");
+  fail<RuntimeError>(
+      "nn.hook.unowned_module",
+      "modhooks: a hook on " + python_class_name(module) +
+          " cannot be tied to its lifetime: the module is not owned by a std::shared_ptr (it lives "
+          "on the stack or by value, or its constructor is still running), so a module built later "
+          "at its address would inherit the hook. Hold it in its holder (torch::nn::Linear) or a "
+          "std::shared_ptr, and register hooks after construction.");
 }
 
 std::string python_class_name(const torch::nn::Module& module) {
@@ -56,7 +58,9 @@ std::string python_class_name(const torch::nn::Module& module) {
 
 std::shared_ptr<torch::nn::Module> submodule(torch::nn::Module& root, const std::string& name) {
   std::shared_ptr<torch::nn::Module> module = root.weak_from_this().lock();
-  if (!module) fail("modhooks::submodule needs a root owned by a shared_ptr (as holders are)");
+  if (!module)
+    fail<RuntimeError>("nn.submodule.unowned_root",
+                       "modhooks::submodule needs a root owned by a shared_ptr (as holders are)");
   std::size_t begin = 0;
   while (!name.empty() && begin <= name.size()) {
     std::size_t end = name.find('.', begin);
@@ -67,9 +71,10 @@ std::shared_ptr<torch::nn::Module> submodule(torch::nn::Module& root, const std:
       module = *child;
     } else if (module->named_parameters(/*recurse=*/false).contains(item) ||
                module->named_buffers(/*recurse=*/false).contains(item)) {
-      fail("`" + item + "` is not an nn.Module");
+      fail<AttributeError>("nn.submodule.not_a_module", "`" + item + "` is not an nn.Module");
     } else {
-      fail(python_class_name(*module) + " has no attribute `" + item + "`");
+      fail<AttributeError>("nn.submodule.no_attribute",
+                           python_class_name(*module) + " has no attribute `" + item + "`");
     }
     begin = end + 1;
   }

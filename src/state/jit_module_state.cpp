@@ -9,7 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "modhooks/jit/registry.h"
+#include "modhooks/jit/detail/identity.h"
+#include "modhooks/state/detail/load.h"
 #include "modhooks/state/module_state.h"
 #include "modhooks/version.h"
 #include "traversal.h"
@@ -30,20 +31,9 @@ struct JitAdapter {
     return out;
   }
 
-  static std::vector<OwnTensor> own_tensors(Module& module) {
-    std::vector<OwnTensor> out;
-    for (const auto& p : module.named_parameters(/*recurse=*/false)) {
-      if (p.value.defined()) out.push_back(OwnTensor{p.name, p.value});
-    }
-    const auto state = find_state_hooks(module);
-    std::unique_lock<std::mutex> lock;
-    if (state) lock = std::unique_lock<std::mutex>(state->mutex);
-    for (const auto& b : module.named_buffers(/*recurse=*/false)) {
-      if (!b.value.defined()) continue;
-      if (state && state->non_persistent_buffers.count(b.name)) continue;
-      out.push_back(OwnTensor{b.name, b.value});
-    }
-    return out;
+  static std::pair<const std::string&, const at::Tensor&> entry(
+      const torch::jit::Named<at::Tensor>& item) {
+    return {item.name, item.value};
   }
 
   static std::shared_ptr<StateHooks<Module>> hooks(Module& module) {
@@ -76,6 +66,11 @@ std::shared_ptr<JitStateHooks> state_hooks_for(torch::jit::Module& module) {
   return jit_entry_for(jit_table<JitStateHooks>(), module);
 }
 
+IncompatibleKeys load_state_dict(const torch::jit::Module& module, const StateDict& state_dict,
+                                 bool strict, bool assign, TensorCopy* copy) {
+  return load_state_dict<JitAdapter>(module_ref(module), state_dict, strict, assign, copy);
+}
+
 }  // namespace detail
 
 StateDict state_dict(const torch::jit::Module& module, const std::string& prefix, bool keep_vars) {
@@ -84,8 +79,7 @@ StateDict state_dict(const torch::jit::Module& module, const std::string& prefix
 
 IncompatibleKeys load_state_dict(const torch::jit::Module& module, const StateDict& state_dict,
                                  bool strict, bool assign) {
-  return detail::load_state_dict<detail::JitAdapter>(detail::module_ref(module), state_dict, strict,
-                                                     assign);
+  return detail::load_state_dict(module, state_dict, strict, assign, nullptr);
 }
 
 MODHOOKS_END_NAMESPACE

@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "modhooks/core/module_table.h"
+#include "modhooks/core/detail/module_table.h"
+#include "modhooks/state/detail/load.h"
 #include "traversal.h"
 
 MODHOOKS_BEGIN_NAMESPACE
@@ -30,22 +31,9 @@ struct NnAdapter {
     return out;
   }
 
-  /// Defined parameters, then defined buffers not marked non-persistent: libtorch registers an
-  /// absent bias as an undefined tensor where Python has None, and Python skips those.
-  static std::vector<OwnTensor> own_tensors(Module& module) {
-    std::vector<OwnTensor> out;
-    for (const auto& p : module.named_parameters(/*recurse=*/false)) {
-      if (p.value().defined()) out.push_back(OwnTensor{p.key(), p.value()});
-    }
-    const auto state = find_state_hooks(module);
-    std::unique_lock<std::mutex> lock;
-    if (state) lock = std::unique_lock<std::mutex>(state->mutex);
-    for (const auto& b : module.named_buffers(/*recurse=*/false)) {
-      if (!b.value().defined()) continue;
-      if (state && state->non_persistent_buffers.count(b.key())) continue;
-      out.push_back(OwnTensor{b.key(), b.value()});
-    }
-    return out;
+  template <class Item>
+  static std::pair<const std::string&, const at::Tensor&> entry(const Item& item) {
+    return {item.key(), item.value()};
   }
 
   static std::shared_ptr<StateHooks<Module>> hooks(Module& module) {
@@ -144,6 +132,11 @@ std::shared_ptr<NnStateHooks> state_data_for(torch::nn::Module& module) {
   return data_entry_for(nn_table<NnStateHooks>(), module);
 }
 
+IncompatibleKeys load_state_dict(torch::nn::Module& module, const StateDict& state_dict,
+                                 bool strict, bool assign, TensorCopy* copy) {
+  return load_state_dict<NnAdapter>(module, state_dict, strict, assign, copy);
+}
+
 }  // namespace detail
 
 StateDict state_dict(torch::nn::Module& module, const std::string& prefix, bool keep_vars) {
@@ -152,7 +145,7 @@ StateDict state_dict(torch::nn::Module& module, const std::string& prefix, bool 
 
 IncompatibleKeys load_state_dict(torch::nn::Module& module, const StateDict& state_dict,
                                  bool strict, bool assign) {
-  return detail::load_state_dict<detail::NnAdapter>(module, state_dict, strict, assign);
+  return detail::load_state_dict(module, state_dict, strict, assign, nullptr);
 }
 
 MODHOOKS_END_NAMESPACE

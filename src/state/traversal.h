@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "modhooks/core/error.h"
+#include "modhooks/state/detail/load.h"
 #include "modhooks/state/state_dict.h"
 #include "modhooks/state/state_hooks.h"
 #include "modhooks/version.h"
@@ -32,7 +33,9 @@ namespace detail {
 /// An `Adapter` tells how to walk its kind:
 ///   using Module = ...;                                  // what hooks receive
 ///   static std::vector<std::pair<std::string, std::shared_ptr<Module>>> children(Module&);
-///   static std::vector<OwnTensor> own_tensors(Module&);  // parameters, then persistent buffers
+///   static std::pair<const std::string&, const at::Tensor&> entry(const Item&);
+///                                                      // a named_parameters() / named_buffers()
+///                                                      // item as (name, tensor)
 ///   static std::shared_ptr<StateHooks<Module>> hooks(Module&);   // null when none
 ///   static std::string class_name(Module&);             // Python's type(self).__name__
 ///   static std::int64_t version(Module&);              // Python's `_version` of its class
@@ -47,6 +50,27 @@ struct OwnTensor {
   std::string name;
   at::Tensor tensor;
 };
+
+/// A module's own tensors in its state dict: defined parameters, then defined buffers not
+/// marked non-persistent. libtorch registers an absent bias as an undefined tensor where Python
+/// has None, and Python skips those.
+template <class Adapter>
+std::vector<OwnTensor> own_tensors(typename Adapter::Module& module) {
+  std::vector<OwnTensor> out;
+  for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+    const auto [name, tensor] = Adapter::entry(item);
+    if (tensor.defined()) out.push_back(OwnTensor{name, tensor});
+  }
+  const auto state = Adapter::hooks(module);
+  std::unique_lock<std::mutex> lock;
+  if (state) lock = std::unique_lock<std::mutex>(state->mutex);
+  for (const auto& item : module.named_buffers(/*recurse=*/false)) {
+    const auto [name, tensor] = Adapter::entry(item);
+    if (!tensor.defined() || (state && state->non_persistent_buffers.count(name))) continue;
+    out.push_back(OwnTensor{name, tensor});
+  }
+  return out;
+}
 
 inline std::string without_dot(const std::string& prefix) {
   return prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1);
@@ -68,26 +92,26 @@ inline std::string quoted_list(const std::vector<std::string>& keys,
   return out;
 }
 
-/// Fault injection for the all-or-nothing tests: when set, `load_state_dict` calls it before
-/// its i-th copy (in the order of the model's tensors), and what it throws fails that copy.
-inline thread_local std::function<void(std::size_t)> load_copy_fault;
-
-/// `load_model`'s copy step, in place of `copy_` (src/state/model_io.cpp): it reads the
-/// checkpoint's bytes from the file straight into the model's tensors.
-class DirectCopy {
+/// The test seam of the all-or-nothing promise: while a guard lives on a thread, every
+/// `load_state_dict` that starts on that thread calls `fault(i)` before its i-th copy (in the
+/// order of the model's tensors), and what it throws fails that copy. A load reads the seam once,
+/// when it starts; without a guard its copies test nothing.
+class CopyFaultGuard {
  public:
-  virtual ~DirectCopy() = default;
-  /// Called after every check of the load and before its first write, with each (model tensor,
-  /// checkpoint tensor) pair the load will copy: what is left to check (CRC-32s, conversions)
-  /// is checked here, and what it throws fails the load with nothing written.
-  virtual void prepare(const std::vector<std::pair<at::Tensor, at::Tensor>>& copies) = 0;
-  /// Writes `source`'s values into `target`, whose shape is the same.
-  virtual void copy(const at::Tensor& target, const at::Tensor& source) = 0;
-};
+  explicit CopyFaultGuard(std::function<void(std::size_t)> fault)
+      : fault_(std::move(fault)), outer_(std::exchange(active_, &fault_)) {}
+  ~CopyFaultGuard() { active_ = outer_; }
+  CopyFaultGuard(const CopyFaultGuard&) = delete;
+  CopyFaultGuard& operator=(const CopyFaultGuard&) = delete;
 
-/// Set by `load_model` around its call of `load_state_dict`. The load takes it and clears it,
-/// so a `load_state_dict` that a hook calls copies as usual.
-inline thread_local DirectCopy* direct_copy = nullptr;
+  /// The innermost guard's fault on this thread, or null.
+  static const std::function<void(std::size_t)>* active() noexcept { return active_; }
+
+ private:
+  std::function<void(std::size_t)> fault_;
+  const std::function<void(std::size_t)>* outer_;
+  static inline thread_local const std::function<void(std::size_t)>* active_ = nullptr;
+};
 
 /// An exception's message as Python shows it: c10's without the C++ backtrace.
 inline std::string message_of(const std::exception& e) {
@@ -130,7 +154,7 @@ void collect_state_dict(typename Adapter::Module& module, const std::string& pre
   if (hooks) {
     hooks->state_dict_pre.for_each([&](const auto& hook) { hook(module, prefix, keep_vars); });
   }
-  for (auto& own : Adapter::own_tensors(module)) {
+  for (auto& own : own_tensors<Adapter>(module)) {
     out.insert_or_assign(prefix + own.name, keep_vars ? own.tensor : own.tensor.detach());
   }
   for (auto& [name, child] : Adapter::children(module)) {
@@ -177,12 +201,13 @@ class Loader {
   };
 
  public:
-  Loader(Module& root, const StateDict& input, bool strict, bool assign)
+  Loader(Module& root, const StateDict& input, bool strict, bool assign, TensorCopy* copy)
       : input_(input),
         strict_(strict),
         assign_(assign),
         root_name_(Adapter::class_name(root)),
-        direct_(std::exchange(direct_copy, nullptr)) {
+        direct_(copy),
+        fault_(CopyFaultGuard::active()) {
     add_subtree(std::shared_ptr<Module>(std::shared_ptr<Module>(), &root), "");  // not owned
   }
 
@@ -286,7 +311,7 @@ class Loader {
   std::vector<Copy> match(const StateDict& dict) {
     std::vector<Copy> copies;
     for (auto& node : nodes_) {
-      for (auto& own : Adapter::own_tensors(*node.module)) {
+      for (auto& own : own_tensors<Adapter>(*node.module)) {
         std::string key = node.prefix + own.name;
         auto found = dict.find(key);
         if (found == dict.end()) {
@@ -296,19 +321,19 @@ class Loader {
         matched_.insert(key);
         at::Tensor source = found->second;
         if (!source.defined()) {
-          errors_.push_back(fmt::format(
-              "While copying the parameter named \"{}\", expected torch.Tensor or Tensor-like "
-              "object from checkpoint but received NoneType",
-              key));
+          push_error("state.load.none_tensor",
+                     fmt::format("While copying the parameter named \"{}\", expected torch.Tensor "
+                                 "or Tensor-like object from checkpoint but received NoneType",
+                                 key));
           continue;
         }
         // Python's backward compatibility: a 0-dim parameter loads from a 1-element 1-dim entry.
         if (own.tensor.dim() == 0 && source.dim() == 1 && source.size(0) == 1) source = source[0];
         if (source.sizes() != own.tensor.sizes()) {
-          errors_.push_back(fmt::format(
-              "size mismatch for {}: copying a param with shape {} from checkpoint, the shape in "
-              "current model is {}.",
-              key, torch_size(source.sizes()), torch_size(own.tensor.sizes())));
+          push_error("state.load.size_mismatch",
+                     fmt::format("size mismatch for {}: copying a param with shape {} from "
+                                 "checkpoint, the shape in current model is {}.",
+                                 key, torch_size(source.sizes()), torch_size(own.tensor.sizes())));
           continue;
         }
         copies.push_back(Copy{own.tensor, std::move(source), std::move(key)});
@@ -376,7 +401,7 @@ class Loader {
   /// Copies (or, with `assign`, swaps in) every matched tensor, keeping what undoes each. A copy
   /// that fails undoes the ones before it and raises Python's message.
   ///
-  /// `load_model` (a DirectCopy) keeps no former values unless post-hooks may still fail the
+  /// `load_model` (a TensorCopy) keeps no former values unless post-hooks may still fail the
   /// load: they would take the model's size in memory. Everything that can fail is checked
   /// before its first write (in `prepare`), so what is left to fail a copy is the device or the
   /// file failing under it; the error then says which tensors were written.
@@ -396,7 +421,7 @@ class Loader {
     for (std::size_t i = 0; i < copies.size(); ++i) {
       const Copy& c = copies[i];
       try {
-        if (load_copy_fault) load_copy_fault(i);
+        if (fault_) (*fault_)(i);
         if (assign_) {
           undo.push_back(Undo{c.target, c.target.variable_data()});
           swap_in(c.target, c.source);
@@ -416,10 +441,12 @@ class Loader {
         }
       } catch (const std::exception& e) {
         rollback(undo);
-        errors_.push_back(fmt::format(
-            "While copying the parameter named \"{}\", whose dimensions in the model are {} and "
-            "whose dimensions in the checkpoint are {}, an exception occurred : ('{}',).",
-            c.key, torch_size(c.target.sizes()), torch_size(c.source.sizes()), message_of(e)));
+        push_error("state.load.copy_failed",
+                   fmt::format("While copying the parameter named \"{}\", whose dimensions in the "
+                               "model are {} and whose dimensions in the checkpoint are {}, an "
+                               "exception occurred : ('{}',).",
+                               c.key, torch_size(c.target.sizes()), torch_size(c.source.sizes()),
+                               message_of(e)));
         if (!keep_former) {
           std::vector<std::string> written;
           for (std::size_t k = 0; k < i; ++k) written.push_back(copies[k].key);
@@ -461,6 +488,13 @@ class Loader {
                "of copying them in place?)");
   }
 
+  /// Adds `message` to errors_, remembering `id` when it is the first: raise names the load's
+  /// failure after it.
+  void push_error(const char* id, std::string message) {
+    if (errors_.empty()) first_error_ = id;
+    errors_.push_back(std::move(message));
+  }
+
   [[noreturn]] void raise(const std::vector<std::string>& missing,
                           const std::vector<std::string>& unexpected) {
     std::vector<std::string> messages;
@@ -471,26 +505,32 @@ class Loader {
       messages.push_back("Unexpected key(s) in state_dict: " + quoted_list(unexpected) + ". ");
     }
     messages.insert(messages.end(), errors_.begin(), errors_.end());
-    fail(fmt::format("Error(s) in loading state_dict for {}:\n\t{}", root_name_,
-                     fmt::join(messages, "\n\t")));
+    const char* id = !missing.empty()      ? "state.load.missing_keys"
+                     : !unexpected.empty() ? "state.load.unexpected_keys"
+                                           : first_error_;
+    fail<RuntimeError>(id, fmt::format("Error(s) in loading state_dict for {}:\n\t{}", root_name_,
+                                       fmt::join(messages, "\n\t")));
   }
 
   const StateDict& input_;
   const bool strict_;
   const bool assign_;
   const std::string root_name_;
-  DirectCopy* const direct_;  // load_model's, or null
+  TensorCopy* const direct_;                             // load_model's, or null
+  const std::function<void(std::size_t)>* const fault_;  // a CopyFaultGuard's, or null
   std::unique_ptr<StateDict> working_;
   std::vector<Node> nodes_;
   std::unordered_map<std::string, std::size_t> prefixes_;
   std::unordered_set<std::string> matched_;
   std::vector<std::string> errors_;
+  /// The id of errors_'s first entry; hooks and the upgrade push theirs into errors_ directly.
+  const char* first_error_ = "state.load.error_msgs";
 };
 
 template <class Adapter>
 IncompatibleKeys load_state_dict(typename Adapter::Module& module, const StateDict& state_dict,
-                                 bool strict, bool assign) {
-  return Loader<Adapter>(module, state_dict, strict, assign).run();
+                                 bool strict, bool assign, TensorCopy* copy) {
+  return Loader<Adapter>(module, state_dict, strict, assign, copy).run();
 }
 
 }  // namespace detail

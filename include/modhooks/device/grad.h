@@ -76,26 +76,42 @@ void check_finite(const Module& m, const TensorList& grads, const char* list_nam
 /// \addtogroup api_device
 /// @{
 
+namespace detail {
+
+/// The two forms of a hook that rewrites one list of gradients, written once: as a full
+/// backward pre-hook it rewrites `grad_output`, as a full backward hook `grad_input`.
+/// `Rewrite::rewrite(grads)` returns the new list, or std::nullopt to keep it.
+template <class Rewrite>
+class GradRewrite {
+ public:
+  /// As a full backward pre-hook: `grad_output` rewritten. \see \ref api_device
+  template <class Module>
+  std::optional<std::vector<at::Tensor>> operator()(
+      Module&, const std::vector<at::Tensor>& grad_output) const {
+    return static_cast<const Rewrite&>(*this).rewrite(grad_output);
+  }
+  /// As a full backward hook: `grad_input` rewritten. \see \ref api_device
+  template <class Module>
+  std::optional<std::vector<at::Tensor>> operator()(Module&,
+                                                    const std::vector<at::Tensor>& grad_input,
+                                                    const std::vector<at::Tensor>&) const {
+    return static_cast<const Rewrite&>(*this).rewrite(grad_input);
+  }
+};
+
+}  // namespace detail
+
 /// Replaces every gradient by zeros.
 ///
 /// **Example**:
 /// \code
 ///   auto h = modhooks::register_full_backward_hook(frozen, modhooks::grad::Zero());
 /// \endcode
-class Zero {
+class Zero : public detail::GradRewrite<Zero> {
  public:
-  /// As a full backward pre-hook: zeros for `grad_output`. \see \ref api_device
-  template <class Module>
-  std::optional<std::vector<at::Tensor>> operator()(
-      Module&, const std::vector<at::Tensor>& grad_output) const {
-    return detail::zeros(grad_output);
-  }
-  /// As a full backward hook: zeros for `grad_input`. \see \ref api_device
-  template <class Module>
-  std::optional<std::vector<at::Tensor>> operator()(Module&,
-                                                    const std::vector<at::Tensor>& grad_input,
-                                                    const std::vector<at::Tensor>&) const {
-    return detail::zeros(grad_input);
+  /// Zeros of the gradients' shapes. \see \ref api_device
+  std::optional<std::vector<at::Tensor>> rewrite(const std::vector<at::Tensor>& grads) const {
+    return detail::zeros(grads);
   }
 };
 
@@ -105,25 +121,15 @@ class Zero {
 /// \code
 ///   auto h = modhooks::register_full_backward_pre_hook(fc, modhooks::grad::Scale(0.5));
 /// \endcode
-class Scale {
+class Scale : public detail::GradRewrite<Scale> {
  public:
   /// Multiplies by `factor`. \see \ref api_device
   explicit Scale(double factor) : factor_(factor) {}
   /// The factor. \see \ref api_device
   double factor() const { return factor_; }
-
-  /// As a full backward pre-hook: `grad_output` times the factor. \see \ref api_device
-  template <class Module>
-  std::optional<std::vector<at::Tensor>> operator()(
-      Module&, const std::vector<at::Tensor>& grad_output) const {
-    return detail::scaled(grad_output, factor_);
-  }
-  /// As a full backward hook: `grad_input` times the factor. \see \ref api_device
-  template <class Module>
-  std::optional<std::vector<at::Tensor>> operator()(Module&,
-                                                    const std::vector<at::Tensor>& grad_input,
-                                                    const std::vector<at::Tensor>&) const {
-    return detail::scaled(grad_input, factor_);
+  /// The gradients times the factor. \see \ref api_device
+  std::optional<std::vector<at::Tensor>> rewrite(const std::vector<at::Tensor>& grads) const {
+    return detail::scaled(grads, factor_);
   }
 
  private:
@@ -138,25 +144,15 @@ class Scale {
 /// \code
 ///   auto h = modhooks::register_full_backward_hook(fc, modhooks::grad::ClipNorm(1.0));
 /// \endcode
-class ClipNorm {
+class ClipNorm : public detail::GradRewrite<ClipNorm> {
  public:
   /// Clips to a total 2-norm of `max_norm`. \see \ref api_device
   explicit ClipNorm(double max_norm) : max_norm_(max_norm) {}
   /// The largest total norm kept as it is. \see \ref api_device
   double max_norm() const { return max_norm_; }
-
-  /// As a full backward pre-hook: `grad_output` clipped, or std::nullopt. \see \ref api_device
-  template <class Module>
-  std::optional<std::vector<at::Tensor>> operator()(
-      Module&, const std::vector<at::Tensor>& grad_output) const {
-    return detail::clipped(grad_output, max_norm_);
-  }
-  /// As a full backward hook: `grad_input` clipped, or std::nullopt. \see \ref api_device
-  template <class Module>
-  std::optional<std::vector<at::Tensor>> operator()(Module&,
-                                                    const std::vector<at::Tensor>& grad_input,
-                                                    const std::vector<at::Tensor>&) const {
-    return detail::clipped(grad_input, max_norm_);
+  /// The gradients clipped, or std::nullopt. \see \ref api_device
+  std::optional<std::vector<at::Tensor>> rewrite(const std::vector<at::Tensor>& grads) const {
+    return detail::clipped(grads, max_norm_);
   }
 
  private:

@@ -3,15 +3,9 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <ATen/core/ivalue.h>
 
-#include <functional>
-#include <memory>
-#include <optional>
-#include <utility>
 #include <vector>
 
-#include "modhooks/core/hook_list.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE
@@ -58,80 +52,4 @@ class ForwardHookOptions {
 
 /// @}
 
-namespace detail {
-
-/// The normalised form every user hook is stored in: the callable adapted at registration, so
-/// dispatch only iterates ready-to-call functions. `M` is the module type hooks receive
-/// (`torch::nn::Module`, or `torch::jit::Module` for TorchScript).
-template <class M>
-using ForwardPreHookFn =
-    std::function<std::optional<std::vector<c10::IValue>>(M&, const std::vector<c10::IValue>&)>;
-
-template <class M>
-struct ForwardHookEntry {
-  std::function<std::optional<c10::IValue>(M&, const std::vector<c10::IValue>&, const c10::IValue&)>
-      fn;
-  bool always_call = false;
-};
-
-template <class M>
-using BackwardPreHookFn = std::function<std::optional<TensorList>(M&, const TensorList&)>;
-
-template <class M>
-using BackwardHookFn =
-    std::function<std::optional<TensorList>(M&, const TensorList&, const TensorList&)>;
-
-/// The hook tables of one module, or the global ones. Every list counts into
-/// `call_hooks_active`, which keeps `call` on its fast path while nothing is registered.
-/// `observer`, when given, hears of every hook added or removed (see `HookObserver`); the
-/// tables keep it alive.
-template <class M>
-struct ModuleHooks {
-  /// `guard`, when given, guards the lists instead of their own locks (see `HookList`).
-  explicit ModuleHooks(std::shared_ptr<HookObserver> observer = nullptr, SpinLock* guard = nullptr)
-      : observer(std::move(observer)), guard(guard) {}
-
-  /// No hook in any list (relaxed loads: a hook added meanwhile may or may not be seen).
-  bool empty() const noexcept {
-    return forward_pre.empty() && forward.empty() && backward_pre.empty() && backward.empty();
-  }
-
-  std::shared_ptr<HookObserver> observer;  // declared first: the lists report to it as they die
-  SpinLock* guard;
-  HookList<ForwardPreHookFn<M>> forward_pre{&call_hooks_active, observer.get(), guard};
-  HookList<ForwardHookEntry<M>> forward{&call_hooks_active, observer.get(), guard};
-  HookList<BackwardPreHookFn<M>> backward_pre{&call_hooks_active, observer.get(), guard};
-  HookList<BackwardHookFn<M>> backward{&call_hooks_active, observer.get(), guard};
-};
-
-/// The lists of one `ModuleHooks` as one call sees them: snapshots taken when the call starts,
-/// so that the call needs no reference to the tables themselves (each reference costs a hooked
-/// call two atomic operations). Empty lists are null.
-template <class M>
-struct HookSnapshots {
-  HookSnapshots() = default;
-  /// `hooks` may be null (no tables); it is not used after the constructor. `guarded`: the
-  /// caller holds the tables' guard.
-  HookSnapshots(const ModuleHooks<M>* hooks, bool guarded)
-      : forward_pre(take(hooks, &ModuleHooks<M>::forward_pre, guarded)),
-        forward(take(hooks, &ModuleHooks<M>::forward, guarded)),
-        backward_pre(take(hooks, &ModuleHooks<M>::backward_pre, guarded)),
-        backward(take(hooks, &ModuleHooks<M>::backward, guarded)) {}
-
-  typename HookList<ForwardPreHookFn<M>>::Snapshot forward_pre;
-  typename HookList<ForwardHookEntry<M>>::Snapshot forward;
-  typename HookList<BackwardPreHookFn<M>>::Snapshot backward_pre;
-  typename HookList<BackwardHookFn<M>>::Snapshot backward;
-
- private:
-  template <class Hook>
-  static typename HookList<Hook>::Snapshot take(const ModuleHooks<M>* hooks,
-                                                HookList<Hook> ModuleHooks<M>::*list,
-                                                bool guarded) {
-    if (!hooks) return nullptr;
-    return guarded ? (hooks->*list).snapshot_guarded() : (hooks->*list).snapshot();
-  }
-};
-
-}  // namespace detail
 MODHOOKS_END_NAMESPACE

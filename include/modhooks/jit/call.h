@@ -8,8 +8,8 @@
 #include <atomic>
 #include <vector>
 
-#include "modhooks/core/hook_list.h"
-#include "modhooks/jit/registry.h"
+#include "modhooks/core/detail/hook_list.h"
+#include "modhooks/jit/detail/registry.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE

@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "modhooks/core/error.h"
-#include "modhooks/dispatch/backward_hook.h"
-#include "modhooks/dispatch/dispatch.h"
-#include "modhooks/dispatch/global.h"
-#include "modhooks/nn/boxing.h"
-#include "modhooks/nn/registry.h"
+#include "modhooks/dispatch/detail/backward_hook.h"
+#include "modhooks/dispatch/detail/dispatch.h"
+#include "modhooks/dispatch/detail/global.h"
+#include "modhooks/nn/detail/boxing.h"
+#include "modhooks/nn/detail/registry.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE
@@ -35,8 +35,10 @@ void unbox_replacement(const char* hook, const torch::nn::Module& module, F&& un
   try {
     unbox();
   } catch (const c10::Error& e) {
-    fail(std::string("modhooks: a ") + hook + " of module " + python_class_name(module) +
-         " returned a value that forward's types cannot hold: " + e.what_without_backtrace());
+    fail<TypeError>(
+        "nn.hook.bad_replacement",
+        std::string("modhooks: a ") + hook + " of module " + python_class_name(module) +
+            " returned a value that forward's types cannot hold: " + e.what_without_backtrace());
   }
 }
 

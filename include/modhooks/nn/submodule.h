@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "modhooks/nn/registry.h"
+#include "modhooks/nn/detail/identity.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE

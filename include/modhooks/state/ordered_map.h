@@ -208,7 +208,8 @@ class OrderedMap {
  private:
   std::size_t position(const std::string& key) const {
     auto found = index_.find(key);
-    if (found == index_.end()) detail::fail("key '" + key + "' not found");
+    if (found == index_.end())
+      detail::fail<KeyError>("state.state_dict.missing_key", "key '" + key + "' not found");
     return found->second;
   }
 

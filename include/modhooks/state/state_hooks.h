@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "modhooks/core/hook_list.h"
-#include "modhooks/core/module_table.h"
-#include "modhooks/dispatch/adapt.h"
-#include "modhooks/module_ref.h"
+#include "modhooks/core/detail/adapt.h"
+#include "modhooks/core/detail/hook_list.h"
+#include "modhooks/core/detail/module_table.h"
+#include "modhooks/detail/module_ref.h"
 #include "modhooks/state/state_dict.h"
 #include "modhooks/version.h"
 

@@ -1,0 +1,199 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "modhooks/core/detail/spin_lock.h"
+#include "modhooks/core/handle.h"
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace detail {
+
+/// Hooks that take `call` off its fast path, counted over every live table of the process.
+/// `call` reads it with one relaxed load before doing anything else; zero means "no hooks
+/// anywhere", and the module's `forward` runs as if modhooks were not there. Defined in the
+/// library (src/core/process_state.cpp).
+extern std::atomic<std::int64_t> call_hooks_active;
+
+/// Told how many hooks a list gained or lost, beside `call_hooks_active`: the filter of hooked
+/// modules is kept this way, and TorchScript models rewrite their code when their first inner
+/// hook arrives and restore it when the last one goes.
+class HookObserver {
+ public:
+  virtual ~HookObserver() = default;
+  virtual void hooks_changed(std::int64_t delta) noexcept = 0;
+};
+
+/// A counting filter over the addresses of modules that have call hooks: how many such modules
+/// hash to each slot. A zero slot proves that a module has none, with one load and no lock, so a
+/// module without hooks pays almost nothing while other modules have some; a non-zero slot
+/// sends the call on to the locked table.
+class HookedModuleFilter {
+ public:
+  bool may_have_hooks(const void* key) const noexcept {
+    return slots_[slot(key)].load(std::memory_order_relaxed) != 0;
+  }
+  void add(const void* key, std::int64_t delta) noexcept {
+    slots_[slot(key)].fetch_add(static_cast<std::uint32_t>(delta), std::memory_order_relaxed);
+  }
+
+ private:
+  static constexpr int kBits = 12;
+  static std::size_t slot(const void* key) noexcept {
+    auto x = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(key));
+    return static_cast<std::size_t>((x * 0x9E3779B97F4A7C15ull) >> (64 - kBits));
+  }
+  std::atomic<std::uint32_t> slots_[std::size_t{1} << kBits] = {};
+};
+
+/// The filter of the process's hooked modules, defined in the library
+/// (src/core/process_state.cpp).
+extern HookedModuleFilter hooked_modules;
+
+/// Keeps a module's slot in `hooked_modules` counted while any of its call-hook lists is
+/// non-empty.
+class FilterObserver : public HookObserver {
+ public:
+  explicit FilterObserver(const void* key) noexcept : key_(key) {}
+  void hooks_changed(std::int64_t delta) noexcept override {
+    const std::int64_t before = total_.fetch_add(delta, std::memory_order_relaxed);
+    if (before == 0 && delta > 0) hooked_modules.add(key_, 1);
+    if (before != 0 && before + delta == 0) hooked_modules.add(key_, -1);
+  }
+
+ private:
+  const void* key_;
+  std::atomic<std::int64_t> total_{0};
+};
+
+/// An ordered list of hooks of one kind on one module (or the global list of that kind).
+///
+/// Copy-on-write: registration and removal (rare) copy the vector, edit the copy and swap it in;
+/// dispatch takes a snapshot (one shared_ptr copy under a spin lock) and iterates it. A hook may
+/// therefore remove itself or others while running, and registration is safe while autograd
+/// threads run backward hooks. Most lists of a hooked module are empty: their snapshot is null
+/// and costs one atomic load, no lock.
+template <class Hook>
+class HookList final : public HookTableBase {
+ public:
+  struct Entry {
+    std::uint64_t id;
+    Hook hook;
+  };
+  using Entries = std::vector<Entry>;
+  using Snapshot = std::shared_ptr<const Entries>;
+
+  /// `counter`, when given, tracks how many hooks this list holds (see `call_hooks_active`);
+  /// `observer`, when given, hears of every change after the list's lock is released. `guard`,
+  /// when given, is the lock that guards the list instead of its own: a module table passes its
+  /// lock, so that a hooked call snapshots the module's lists under the one lock it takes to find
+  /// them (see `snapshot_guarded`).
+  explicit HookList(std::atomic<std::int64_t>* counter = nullptr, HookObserver* observer = nullptr,
+                    SpinLock* guard = nullptr)
+      : guard_(guard ? guard : &lock_), counter_(counter), observer_(observer) {}
+  HookList(const HookList&) = delete;
+  HookList& operator=(const HookList&) = delete;
+  ~HookList() override {
+    const auto n = static_cast<std::int64_t>(entries_->size());
+    if (counter_) counter_->fetch_sub(n);
+    if (observer_ && n) observer_->hooks_changed(-n);
+  }
+
+  /// Appends the hook, or puts it first with `prepend` (Python's `move_to_end(last=False)`).
+  /// `id` is a fresh one unless given (one hook stored in several lists shares its id).
+  std::uint64_t add(Hook hook, bool prepend = false, std::uint64_t id = 0) {
+    if (id == 0) id = next_hook_id.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> writing(write_mutex_);
+      auto next = std::make_shared<Entries>();
+      next->reserve(entries_->size() + 1);
+      if (prepend) next->push_back(Entry{id, std::move(hook)});
+      next->insert(next->end(), entries_->begin(), entries_->end());
+      if (!prepend) next->push_back(Entry{id, std::move(hook)});
+      publish(std::move(next));
+      if (counter_) counter_->fetch_add(1);
+    }
+    if (observer_) observer_->hooks_changed(1);
+    return id;
+  }
+
+  void remove(std::uint64_t id) noexcept override {
+    {
+      std::lock_guard<std::mutex> writing(write_mutex_);
+      auto pos = std::find_if(entries_->begin(), entries_->end(),
+                              [id](const Entry& e) { return e.id == id; });
+      if (pos == entries_->end()) return;
+      auto next = std::make_shared<Entries>();
+      next->reserve(entries_->size() - 1);
+      next->insert(next->end(), entries_->begin(), pos);
+      next->insert(next->end(), std::next(pos), entries_->end());
+      publish(std::move(next));
+      if (counter_) counter_->fetch_sub(1);
+    }
+    if (observer_) observer_->hooks_changed(-1);
+  }
+
+  /// The hooks as they are now, in call order (null when there are none); later changes do
+  /// not affect it.
+  Snapshot snapshot() const {
+    if (empty()) return nullptr;
+    std::lock_guard<SpinLock> lock(*guard_);
+    return entries_;
+  }
+
+  /// The same, for a caller that holds the list's guard.
+  Snapshot snapshot_guarded() const {
+    if (empty()) return nullptr;
+    return entries_;
+  }
+
+  /// Calls `f(hook)` for each hook of a snapshot, which it keeps alive while iterating (a
+  /// range-for over `*snapshot()` would not: the temporary shared_ptr dies first).
+  template <class F>
+  void for_each(F&& f) const {
+    const Snapshot hooks = snapshot();
+    if (!hooks) return;
+    for (const auto& entry : *hooks) f(entry.hook);
+  }
+
+  std::size_t size() const { return size_.load(std::memory_order_acquire); }
+  bool empty() const { return size() == 0; }
+
+ private:
+  /// Swaps in the edited copy; the old one dies after the lock (its hooks' destructors may
+  /// re-enter modhooks), unless a snapshot still holds it.
+  void publish(Snapshot next) {
+    {
+      std::lock_guard<SpinLock> lock(*guard_);
+      entries_.swap(next);
+    }
+    size_.store(entries_->size(), std::memory_order_release);
+  }
+
+  std::mutex write_mutex_;  // one editor at a time, so that the copy is made outside `lock_`
+  mutable SpinLock lock_;   // guards the pointer `entries_` between editors and snapshots,
+  SpinLock* guard_;         // unless another lock does
+  Snapshot entries_ = std::make_shared<const Entries>();
+  std::atomic<std::size_t> size_{0};
+  std::atomic<std::int64_t>* counter_;
+  HookObserver* observer_;
+};
+
+/// A handle for a hook of `list`, a member of the object `owner` points to. The handle's weak
+/// reference shares `owner`'s lifetime (shared_ptr aliasing), so it dies with the module's tables.
+template <class Owner, class Hook>
+RemovableHandle make_handle(const std::shared_ptr<Owner>& owner, HookList<Hook>& list,
+                            std::uint64_t id) {
+  return RemovableHandle(std::shared_ptr<HookTableBase>(owner, &list), id);
+}
+
+}  // namespace detail
+MODHOOKS_END_NAMESPACE
