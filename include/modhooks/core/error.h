@@ -109,12 +109,19 @@ class FormatError : public detail::ErrorCategory<FormatError> {
 
 namespace detail {
 
-/// Single throw point: keeps message building off the hot paths that call it. `E` is the
-/// category, `id` the stable name (docs/errors.md).
+/// Single throw point, defined in the library for each category (src/core/error.cpp): the
+/// throw stays out of the inline hot paths that check for errors (a hooked `call`), only the
+/// call remains there. `E` is the category, `id` the stable name (docs/errors.md).
 template <class E>
-[[noreturn]] void fail(const char* id, const std::string& message) {
-  throw E(id, message);
-}
+[[noreturn]] void fail(const char* id, const std::string& message);
+
+extern template void fail<KeyError>(const char*, const std::string&);
+extern template void fail<ValueError>(const char*, const std::string&);
+extern template void fail<TypeError>(const char*, const std::string&);
+extern template void fail<AttributeError>(const char*, const std::string&);
+extern template void fail<IndexError>(const char*, const std::string&);
+extern template void fail<RuntimeError>(const char*, const std::string&);
+extern template void fail<FormatError>(const char*, const std::string&);
 
 }  // namespace detail
 MODHOOKS_END_NAMESPACE
