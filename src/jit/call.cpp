@@ -144,10 +144,10 @@ void HookedCall::failed() noexcept {
   }
 }
 
-c10::IValue run_with_hooks(torch::jit::Module& module, std::shared_ptr<JitHooks> hooks,
+c10::IValue run_with_hooks(torch::jit::Module& module, const std::shared_ptr<JitHooks>& hooks,
                            std::vector<c10::IValue> inputs, std::shared_ptr<const CallSite> site,
                            const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke) {
-  HookedCall call(module, std::move(hooks), std::move(site));
+  HookedCall call(module, hooks, std::move(site));
   if (call.empty()) return invoke(inputs);
   call.enter(inputs);
   c10::IValue output;
@@ -187,7 +187,7 @@ c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue>
     site.callee = &module.get_method("forward").function();
     // Not owned: the call ends before `site` does.
     std::shared_ptr<const CallSite> unowned(std::shared_ptr<void>(), &site);
-    return run_with_hooks(module, std::move(hooks), std::move(inputs), std::move(unowned),
+    return run_with_hooks(module, hooks, std::move(inputs), std::move(unowned),
                           [&](std::vector<c10::IValue>& args) { return module.forward(args); });
   } catch (const std::exception& e) {  // libtorch 1.13's interpreter rethrows std::runtime_error
     if (auto original = take_inner_error(e)) std::rethrow_exception(original);

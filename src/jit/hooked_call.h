@@ -64,7 +64,7 @@ class HookedCall : public torch::CustomClassHolder {
 
 /// Runs `invoke` (the module's method) with the module's hooks around it: Python's `_call_impl`
 /// for TorchScript modules. `hooks` are the module's own tables (may be null).
-c10::IValue run_with_hooks(torch::jit::Module& module, std::shared_ptr<JitHooks> hooks,
+c10::IValue run_with_hooks(torch::jit::Module& module, const std::shared_ptr<JitHooks>& hooks,
                            std::vector<c10::IValue> inputs, std::shared_ptr<const CallSite> site,
                            const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke);
 

@@ -155,7 +155,7 @@ torch::jit::Operation make_call_module(const Node* node) {
           return std::move(inputs.back());
         };
         try {
-          stack.push_back(run_with_hooks(module, std::move(hooks), std::move(args), site, invoke));
+          stack.push_back(run_with_hooks(module, hooks, std::move(args), site, invoke));
         } catch (...) {
           rethrow_remembered();
         }
