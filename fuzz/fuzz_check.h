@@ -38,7 +38,8 @@ inline c10::Storage fake_record(const std::string& key, c10::ScalarType dtype,
   constexpr std::uint64_t kMaxRecordBytes = 1 << 16;
   std::uint64_t nbytes = 0;
   if (__builtin_mul_overflow(numel, c10::elementSize(dtype), &nbytes) || nbytes > kMaxRecordBytes) {
-    modhooks::detail::fail("no record data/" + key);
+    modhooks::detail::fail<modhooks::FormatError>("checkpoint.torch_save.missing_record",
+                                                  "no record data/" + key);
   }
   c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<std::int64_t>(nbytes),
                        c10::GetCPUAllocator(), /*resizable=*/false);
