@@ -6,17 +6,23 @@
 //   - Linear(16,16): direct forward vs call with two forward hooks;
 //   - Linear(16,16) and Identity without hooks while 100 other modules have hooks: forward vs
 //     call; Identity with two forward hooks: forward vs call;
+//   - one and two no-op forward hooks on Identity, Linear(16,16) and Conv2d(3,3,3), grad mode on
+//     and off: forward vs call;
 //   - the same MLP, full backward hooks vs the floor of the mechanism (a bare identity node on
 //     each side of each layer);
 //   - 8 x Linear(64,64), batch 32, forward+backward: torch::nn::Sequential with no hooks vs
 //     modhooks::Sequential with a full backward hook on every layer;
 //   - a TorchScript module: forward vs call with no hooks.
 // Python's figures for the same cases come from bench/python_hooks_bench.py (run-bench.sh).
+#include <ATen/core/grad_mode.h>
 #include <benchmark/benchmark.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "modhooks/modhooks.h"
@@ -29,10 +35,9 @@ using modhooks_bench::paired;
 
 constexpr int kBatch = 64;  // calls per timed batch of the microsecond-sized cases
 
-/// `module` on one row: `forward` called directly vs through `call`, in batches of `kBatch`.
+/// `module` on `x`: `forward` called directly vs through `call`, in batches of `kBatch`.
 template <class Holder>
-void call_vs_forward(benchmark::State& state, Holder& module) {
-  auto x = at::randn({1, 16});
+void call_vs_forward(benchmark::State& state, Holder& module, const at::Tensor& x) {
   paired(
       state, kBatch,
       [&] {
@@ -42,17 +47,22 @@ void call_vs_forward(benchmark::State& state, Holder& module) {
         for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(module, x));
       });
 }
-
-/// `module` with `hooks` forward hooks of its own (each counting its calls).
 template <class Holder>
-void with_forward_hooks(benchmark::State& state, Holder module, int hooks) {
+void call_vs_forward(benchmark::State& state, Holder& module) {
+  call_vs_forward(state, module, at::randn({1, 16}));
+}
+
+/// `module` with `hooks` forward hooks of its own (each counting its calls), on `x`.
+template <class Holder>
+void with_forward_hooks(benchmark::State& state, Holder module, int hooks,
+                        const at::Tensor& x = at::randn({1, 16})) {
   int64_t seen = 0;
   std::vector<modhooks::ScopedHandle> handles;
   for (int i = 0; i < hooks; ++i) {
     handles.emplace_back(modhooks::register_forward_hook(
         module, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++seen; }));
   }
-  call_vs_forward(state, module);
+  call_vs_forward(state, module, x);
   benchmark::DoNotOptimize(seen);
 }
 
@@ -96,6 +106,39 @@ void BM_Identity_CallTwoForwardHooks_vs_Forward(benchmark::State& state) {
   with_forward_hooks(state, torch::nn::Identity(), 2);
 }
 BENCHMARK(BM_Identity_CallTwoForwardHooks_vs_Forward);
+
+/// One and two no-op forward hooks on Identity, Linear(16,16) and Conv2d(3,3,3) (on 1x3x8x8):
+/// what the hooked call adds over `forward`, with grad mode on (argument 1) and off (0).
+template <class Holder>
+void hooks_in_grad_mode(benchmark::State& state, Holder module, int hooks, const at::Tensor& x) {
+  std::optional<at::NoGradGuard> no_grad;
+  if (state.range(0) == 0) no_grad.emplace();
+  with_forward_hooks(state, std::move(module), hooks, x);
+}
+void BM_Identity_CallOneForwardHook_vs_Forward(benchmark::State& state) {
+  hooks_in_grad_mode(state, torch::nn::Identity(), 1, at::randn({1, 16}));
+}
+BENCHMARK(BM_Identity_CallOneForwardHook_vs_Forward)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Identity_CallTwoForwardHooks_vs_Forward_Grad(benchmark::State& state) {
+  hooks_in_grad_mode(state, torch::nn::Identity(), 2, at::randn({1, 16}));
+}
+BENCHMARK(BM_Identity_CallTwoForwardHooks_vs_Forward_Grad)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Linear16_CallOneForwardHook_vs_Forward(benchmark::State& state) {
+  hooks_in_grad_mode(state, torch::nn::Linear(16, 16), 1, at::randn({1, 16}));
+}
+BENCHMARK(BM_Linear16_CallOneForwardHook_vs_Forward)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Linear16_CallTwoForwardHooks_vs_Forward_Grad(benchmark::State& state) {
+  hooks_in_grad_mode(state, torch::nn::Linear(16, 16), 2, at::randn({1, 16}));
+}
+BENCHMARK(BM_Linear16_CallTwoForwardHooks_vs_Forward_Grad)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Conv2d_CallOneForwardHook_vs_Forward(benchmark::State& state) {
+  hooks_in_grad_mode(state, torch::nn::Conv2d(3, 3, 3), 1, at::randn({1, 3, 8, 8}));
+}
+BENCHMARK(BM_Conv2d_CallOneForwardHook_vs_Forward)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Conv2d_CallTwoForwardHooks_vs_Forward_Grad(benchmark::State& state) {
+  hooks_in_grad_mode(state, torch::nn::Conv2d(3, 3, 3), 2, at::randn({1, 3, 8, 8}));
+}
+BENCHMARK(BM_Conv2d_CallTwoForwardHooks_vs_Forward_Grad)->ArgName("grad")->Arg(1)->Arg(0);
 
 void BM_MLP8_FullBackwardHookPerLayer_vs_NoHooks(benchmark::State& state) {
   torch::nn::Sequential plain;

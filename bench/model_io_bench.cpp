@@ -212,30 +212,17 @@ void BM_1GiBSafetensors_LoadMmap_vs_SameHeaderTinyFile(benchmark::State& state) 
 }
 BENCHMARK(BM_1GiBSafetensors_LoadMmap_vs_SameHeaderTinyFile)->Unit(benchmark::kMicrosecond);
 
-/// Peak resident memory of load_model beside the model (VmHWM reset before it, less the
-/// resident set before it), in MiB; the baseline column is `load` + `load_state_dict`'s.
-std::int64_t status_kb(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) return std::stoll(line.substr(std::strlen(field) + 1));
-  }
-  return 0;
-}
-std::int64_t peak_extra_kb(const std::function<void()>& load) {
-  const std::int64_t before = status_kb("VmRSS:");
-  std::ofstream("/proc/self/clear_refs") << "5";
-  load();
-  return status_kb("VmHWM:") - before;
-}
+/// Peak resident memory of load_model beside the model, in MiB; the baseline column is `load` +
+/// `load_state_dict`'s.
 void BM_1GiB_PeakExtraMemory(benchmark::State& state) {
   const std::string& st = checkpoint("model_io_1GiB.safetensors");
   const std::string& pt = checkpoint("model_io_1GiB.pt");
   std::int64_t model_io_st = 0, model_io_pt = 0, plain = 0;
   for (auto _ : state) {
-    model_io_st = peak_extra_kb([&] { modhooks::load_model(model(), st); });
-    model_io_pt = peak_extra_kb([&] { modhooks::load_model(model(), pt); });
-    plain = peak_extra_kb([&] { modhooks::load_state_dict(model(), modhooks::load(st)); });
+    model_io_st = modhooks_bench::peak_extra_kb([&] { modhooks::load_model(model(), st); });
+    model_io_pt = modhooks_bench::peak_extra_kb([&] { modhooks::load_model(model(), pt); });
+    plain = modhooks_bench::peak_extra_kb(
+        [&] { modhooks::load_state_dict(model(), modhooks::load(st)); });
   }
   state.counters["load_model_safetensors_MiB"] = static_cast<double>(model_io_st) / 1024;
   state.counters["load_model_torchsave_MiB"] = static_cast<double>(model_io_pt) / 1024;

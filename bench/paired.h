@@ -5,6 +5,11 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
 
 namespace modhooks_bench {
 
@@ -34,6 +39,25 @@ void paired(benchmark::State& state, int calls, Baseline&& baseline, Measured&& 
   state.counters["measured_us"] = measured_s * per_call;
   state.counters["added_us"] = (measured_s - baseline_s) * per_call;
   state.counters["added_pct"] = 100 * (measured_s / baseline_s - 1);
+}
+
+/// A field of /proc/self/status in KiB ("VmRSS:", "VmHWM:"), or 0 where there is none.
+inline std::int64_t status_kb(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) return std::stoll(line.substr(std::strlen(field) + 1));
+  }
+  return 0;
+}
+
+/// The peak resident memory `f` adds, in KiB: the high-water mark (Linux's VmHWM, reset through
+/// /proc/self/clear_refs before `f`) less the resident set before it.
+inline std::int64_t peak_extra_kb(const std::function<void()>& f) {
+  const std::int64_t before = status_kb("VmRSS:");
+  std::ofstream("/proc/self/clear_refs") << "5";
+  f();
+  return status_kb("VmHWM:") - before;
 }
 
 }  // namespace modhooks_bench

@@ -3,7 +3,8 @@
 
 Prints milliseconds per call (median of 5 repeats, 3 for the slowest) for: state_dict() and load_state_dict() of
 5000 x Linear(4,4), beside Python's own named_parameters() + copy_ loop; load_state_dict() of a
-512 MiB model (8 x Linear(4096,4096)) beside the copy_ loop, as GB/s; and torch.load of a 512 MiB
+512 MiB model (8 x Linear(4096,4096)) beside the copy_ loop, as GB/s; the peak memory each
+load_state_dict adds beside the model; and torch.load of a 512 MiB
 torch.save file. That file is written to the path given as the first argument when it is not
 there yet, and state_bench.cpp loads the same file.
 """
@@ -33,6 +34,24 @@ def copy_loop(model, source):
             parameter.copy_(source[name])
 
 
+def status_kb(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1])
+    return 0
+
+
+def peak_extra_mib(fn):
+    """The peak resident memory fn adds, in MiB: VmHWM (reset through /proc/self/clear_refs
+    before it) less the resident set before it, as bench/paired.h measures the C++ side."""
+    before = status_kb("VmRSS:")
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+    fn()
+    return (status_kb("VmHWM:") - before) / 1024
+
+
 def main(checkpoint: pathlib.Path):
     many = nn.ModuleList([nn.Linear(4, 4) for _ in range(5000)])
     source = fresh_values(many)
@@ -42,7 +61,8 @@ def main(checkpoint: pathlib.Path):
     print(f"python 5000 x Linear(4,4) state_dict():        {state_dict:9.2f} ms")
     print(f"python 5000 x Linear(4,4) copy_ loop:          {loop:9.2f} ms")
     print(f"python 5000 x Linear(4,4) load_state_dict():   {load:9.2f} ms  "
-          f"({load / loop:.1f}x the loop)")
+          f"({load / loop:.1f}x the loop, "
+          f"{peak_extra_mib(lambda: many.load_state_dict(source)):.1f} MiB peak beside the model)")
 
     torch.manual_seed(0)
     big = nn.ModuleList([nn.Linear(4096, 4096) for _ in range(8)])
@@ -53,7 +73,8 @@ def main(checkpoint: pathlib.Path):
     print(f"python 512 MiB copy_ loop:                     {loop:9.2f} ms  "
           f"({nbytes / loop / 1e6:.2f} GB/s)")
     print(f"python 512 MiB load_state_dict():              {load:9.2f} ms  "
-          f"({nbytes / load / 1e6:.2f} GB/s)")
+          f"({nbytes / load / 1e6:.2f} GB/s, "
+          f"{peak_extra_mib(lambda: big.load_state_dict(source)):.1f} MiB peak beside the model)")
 
     if not checkpoint.exists():
         checkpoint.parent.mkdir(parents=True, exist_ok=True)

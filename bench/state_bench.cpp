@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Cost of state dicts and checkpoints, each figure beside its baseline from the same run:
 //   - 5000 x Linear(4,4) (10,000 tensors): state_dict() against named_parameters() with the
-//     tensors detached, load_state_dict() against a named_parameters() + copy_ loop;
-//   - a 512 MiB model (8 x Linear(4096,4096)): load_state_dict() against the same copy_ loop, as
-//     bytes per second;
+//     tensors detached, load_state_dict() against a named_parameters() + copy_ loop in
+//     alternation, with the peak memory each adds beside the model;
+//   - a 512 MiB model (8 x Linear(4096,4096)): load_state_dict() against the same copy_ loop in
+//     alternation, as bytes per second, with the peak memory each adds beside the model;
 //   - load() of a 512 MiB file written by Python's torch.save against fread of its bytes, and
 //     with its CRC-32 check (the default) against without;
 //   - libdeflate's CRC-32 (the check load() runs) of 256 MiB in memory against a memcpy of them;
@@ -69,19 +70,27 @@ void BM_ManyLinear_StateDict(benchmark::State& state) {
 }
 BENCHMARK(BM_ManyLinear_StateDict)->Unit(benchmark::kMillisecond);
 
-void BM_ManyLinear_CopyLoop(benchmark::State& state) {
-  auto model = linears(5000, 4);
-  const auto source = fresh_values(*model);
-  for (auto _ : state) copy_loop(*model, source);
+/// `load_state_dict` timed in alternation with the copy_ loop over the same model and source,
+/// with their ratio and the peak resident memory one load adds beside the model and the source
+/// (measured once after the timing; Linux's VmHWM).
+void load_vs_copy_loop(benchmark::State& state, torch::nn::Module& model,
+                       const modhooks::StateDict& source) {
+  modhooks_bench::paired(
+      state, 1, [&] { copy_loop(model, source); },
+      [&] { benchmark::DoNotOptimize(modhooks::load_state_dict(model, source)); });
+  state.counters["ratio"] = state.counters["measured_us"] / state.counters["baseline_us"];
+  state.counters["loop_peak_extra_KiB"] =
+      static_cast<double>(modhooks_bench::peak_extra_kb([&] { copy_loop(model, source); }));
+  state.counters["load_peak_extra_KiB"] = static_cast<double>(modhooks_bench::peak_extra_kb(
+      [&] { benchmark::DoNotOptimize(modhooks::load_state_dict(model, source)); }));
 }
-BENCHMARK(BM_ManyLinear_CopyLoop)->Unit(benchmark::kMillisecond);
 
-void BM_ManyLinear_LoadStateDict(benchmark::State& state) {
+void BM_ManyLinear_LoadStateDict_vs_CopyLoop(benchmark::State& state) {
   auto model = linears(5000, 4);
   const auto source = fresh_values(*model);
-  for (auto _ : state) benchmark::DoNotOptimize(modhooks::load_state_dict(model, source));
+  load_vs_copy_loop(state, *model, source);
 }
-BENCHMARK(BM_ManyLinear_LoadStateDict)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ManyLinear_LoadStateDict_vs_CopyLoop)->Unit(benchmark::kMillisecond);
 
 constexpr int64_t kBigBytes = 8 * (4096 * 4096 + 4096) * 4;
 
@@ -95,19 +104,15 @@ BigModel& big_model() {
   return big;
 }
 
-void BM_512MiB_CopyLoop(benchmark::State& state) {
+void BM_512MiB_LoadStateDict_vs_CopyLoop(benchmark::State& state) {
   auto& big = big_model();
-  for (auto _ : state) copy_loop(*big.model, big.source);
-  state.SetBytesProcessed(state.iterations() * kBigBytes);
+  load_vs_copy_loop(state, *big.model, big.source);
+  state.counters["baseline_GBps"] =
+      static_cast<double>(kBigBytes) / 1e3 / state.counters["baseline_us"];
+  state.counters["measured_GBps"] =
+      static_cast<double>(kBigBytes) / 1e3 / state.counters["measured_us"];
 }
-BENCHMARK(BM_512MiB_CopyLoop)->Unit(benchmark::kMillisecond);
-
-void BM_512MiB_LoadStateDict(benchmark::State& state) {
-  auto& big = big_model();
-  for (auto _ : state) benchmark::DoNotOptimize(modhooks::load_state_dict(big.model, big.source));
-  state.SetBytesProcessed(state.iterations() * kBigBytes);
-}
-BENCHMARK(BM_512MiB_LoadStateDict)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_512MiB_LoadStateDict_vs_CopyLoop)->Unit(benchmark::kMillisecond);
 
 /// The 512 MiB file python_state_bench.py wrote with torch.save, or empty when there is none.
 std::string python_checkpoint(benchmark::State& state) {

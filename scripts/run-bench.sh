@@ -11,9 +11,15 @@ export MODHOOKS_BENCH_CHECKPOINT="$build/bench/python-512MiB.pt"
 "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/python_state_bench.py" "$MODHOOKS_BENCH_CHECKPOINT"
 # model_io_bench writes its two 1 GiB checkpoints there; Python then loads the same files.
 export MODHOOKS_BENCH_DIR="$build/bench"
+# aoti_bench times the packages Python exports and compiles there (a few minutes).
+if [[ -x "$build/bench/aoti_bench" ]]; then
+  PYTHONPATH="$MODHOOKS_ROOT/python" "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/aoti_bench.py" \
+    "$MODHOOKS_BENCH_DIR"
+fi
 for b in "$build"/bench/*_bench; do
   "$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_min_time=0.2
 done
 "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/python_model_io_bench.py" "$MODHOOKS_BENCH_DIR"
 rm -f "$MODHOOKS_BENCH_DIR"/model_io_1GiB.safetensors "$MODHOOKS_BENCH_DIR"/model_io_1GiB.pt
 "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/python_hooks_bench.py"
+"$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/nn_utils_bench.py"

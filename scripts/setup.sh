@@ -8,12 +8,16 @@
 #     modhooks::dist: the wheel's ProcessGroupGloo.hpp includes them but the wheel does not
 #     ship them)
 #   - .venv/: the pinned PyPI torch, whose libtorch is the default build target and whose Python
-#     is the oracle of the differential tests, plus safetensors and numpy
+#     is the oracle of the differential tests, plus safetensors and numpy, torchvision and
+#     transformers (models nobody here wrote, for the export tests), and modhooks' own Python
+#     package (python/, the export side of hook points)
 # Source it to get MODHOOKS_TORCH_PREFIX, MODHOOKS_PYTHON and the ccache settings; sourced, it
 # also leaves `set -euo pipefail` on in the caller (.ci/run relies on that).
 set -euo pipefail
 MODHOOKS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODHOOKS_TORCH_VERSION=2.15.0
+MODHOOKS_TORCHVISION_VERSION=0.29.2
+MODHOOKS_TRANSFORMERS_VERSION=5.24.0
 
 packages=(build-essential cmake ninja-build ccache libfmt-dev googletest libgtest-dev
   libbenchmark-dev nlohmann-json3-dev libdeflate-dev libtorch-dev python3-venv clang clang-format
@@ -34,6 +38,16 @@ if ! "$venv/bin/python" -c "import torch, safetensors, numpy; assert torch.__ver
   echo "setup: installing torch==$MODHOOKS_TORCH_VERSION into .venv (a few GB, some minutes)"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "torch==$MODHOOKS_TORCH_VERSION" safetensors numpy
+fi
+if ! "$venv/bin/python" -c "import torchvision, transformers; assert torchvision.__version__.startswith('$MODHOOKS_TORCHVISION_VERSION') and transformers.__version__ == '$MODHOOKS_TRANSFORMERS_VERSION'" 2>/dev/null; then
+  echo "setup: installing torchvision and transformers into .venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "torch==$MODHOOKS_TORCH_VERSION" \
+    "torchvision==$MODHOOKS_TORCHVISION_VERSION" "transformers==$MODHOOKS_TRANSFORMERS_VERSION"
+fi
+# The tests import python/ from the checkout itself; the installed copy is what users get.
+if ! "$venv/bin/python" -c "import modhooks, sys; sys.exit(modhooks.__version__ != '$(sed -n 's/^version = "\(.*\)"/\1/p' "$MODHOOKS_ROOT/python/pyproject.toml")')" 2>/dev/null; then
+  echo "setup: installing modhooks' Python package (python/) into .venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "$MODHOOKS_ROOT/python"
 fi
 
 export MODHOOKS_PYTHON="$venv/bin/python"

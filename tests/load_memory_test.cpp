@@ -2,12 +2,15 @@
 // The memory modhooks::load holds, measured: this binary replaces the global operator new and
 // delete and wraps libtorch's CPU allocator (tensor data, the records read), so it sees every
 // byte the load allocates, and checks the peak against what docs/state.md promises for a
-// torch.save file: its size plus 1 MiB. Its own binary because the replacement is global.
+// torch.save file: its size plus 1 MiB; and what load_state_dict holds beside the model. Its own
+// binary because the replacement is global.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/api/include/torch/version.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
 
 #include <atomic>
 #include <cstdint>
@@ -22,6 +25,8 @@
 #include "modhooks/checkpoint/checkpoint.h"
 #include "modhooks/checkpoint/object.h"
 #include "modhooks/core/error.h"
+#include "modhooks/state/module_state.h"
+#include "modhooks/state/state_hooks.h"
 #include "test_util.h"
 
 namespace {
@@ -135,8 +140,9 @@ struct Measured {
   std::string error;  // the modhooks::Error's text, or empty when the file loaded
 };
 
-/// Loads `path` with every allocation counted, by `load` or, with `object`, `load_object`.
-Measured measure_load(const std::string& path, bool object = false) {
+/// Runs `f` with every allocation counted: the most bytes it held at once beyond what was held
+/// before, and the modhooks::Error's text it threw (empty when none).
+Measured measure(const std::function<void()>& f) {
   static CountingCpuAllocator* counting = [] {
     auto* allocator = new CountingCpuAllocator(c10::GetCPUAllocator());
     c10::SetCPUAllocator(allocator, /*priority=*/255);
@@ -144,22 +150,27 @@ Measured measure_load(const std::string& path, bool object = false) {
   }();
   (void)counting;
   Measured out{0, {}};
-  {
-    const std::int64_t before = g_live.load();
-    g_peak.store(before);
-    try {
-      if (object) {
-        const c10::IValue loaded = modhooks::load_object(path);
-      } else {
-        modhooks::StateDict sd = modhooks::load(path);
-      }
-      out.peak = g_peak.load() - before;
-    } catch (const modhooks::Error& e) {
-      out.peak = g_peak.load() - before;
-      out.error = e.what();
-    }
+  const std::int64_t before = g_live.load();
+  g_peak.store(before);
+  try {
+    f();
+    out.peak = g_peak.load() - before;
+  } catch (const modhooks::Error& e) {
+    out.peak = g_peak.load() - before;
+    out.error = e.what();
   }
   return out;
+}
+
+/// Loads `path` with every allocation counted, by `load` or, with `object`, `load_object`.
+Measured measure_load(const std::string& path, bool object = false) {
+  return measure([&] {
+    if (object) {
+      const c10::IValue loaded = modhooks::load_object(path);
+    } else {
+      modhooks::StateDict sd = modhooks::load(path);
+    }
+  });
 }
 
 std::string temp_path(const std::string& name) {
@@ -326,6 +337,30 @@ TEST(LoadMemory, PythonFilesOfManyTinyTensorsLoadWithinTheBound) {
     EXPECT_EQ(m.error, "") << name;
     EXPECT_LE(m.peak, bound(file_size(path))) << name << ": file " << file_size(path);
   }
+}
+
+/// `load_state_dict` copies with no copy of the model beside it: 8 x Linear(128, 128) (64 KiB a
+/// weight, 520 KiB in all) loads holding less than one weight's size (the load's bookkeeping).
+/// With a load post-hook, which may still fail the load after the copies, the former values are
+/// kept: the model's size.
+TEST(LoadStateDictMemory, ACopyingLoadHoldsNoCopyOfTheModelUnlessAPostHookMayFailIt) {
+  torch::nn::Sequential model;
+  for (int i = 0; i < 8; ++i) model->push_back(torch::nn::Linear(128, 128));
+  modhooks::StateDict sd = modhooks::state_dict(model);
+  for (auto& [key, tensor] : sd) tensor = at::randn_like(tensor);
+  const std::int64_t model_bytes = 8 * (128 * 128 + 128) * 4;
+  const std::int64_t weight_bytes = 128 * 128 * 4;
+  for (bool assign : {false, true}) {
+    const Measured m = measure([&] { modhooks::load_state_dict(model, sd, true, assign); });
+    EXPECT_EQ(m.error, "");
+    EXPECT_LT(m.peak, weight_bytes) << "assign " << assign;
+  }
+  auto post = modhooks::register_load_state_dict_post_hook(
+      model, [](torch::nn::Module&, modhooks::IncompatibleKeys&) {});
+  const Measured m = measure([&] { modhooks::load_state_dict(model, sd); });
+  EXPECT_EQ(m.error, "");
+  EXPECT_GE(m.peak, model_bytes);
+  post.remove();
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <torch/csrc/jit/api/module.h>
 #include <torch/cuda.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -30,6 +31,15 @@
 #include "modhooks/state/state_hooks.h"
 #include "state/traversal.h"  // CopyFaultGuard, the fault injection of the load's copies
 #include "test_util.h"
+
+// libtorch 2.9+ reaches the CUDA caching allocator's statistics through c10's DeviceAllocator,
+// without linking libc10_cuda.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+#include <c10/core/CachingDeviceAllocator.h>
+#define MODHOOKS_TEST_DEVICE_STATS 1
+#else
+#define MODHOOKS_TEST_DEVICE_STATS 0
+#endif
 
 namespace {
 
@@ -224,10 +234,21 @@ TEST_F(ModelIo, ACopyThatFailsSaysWhatItWrote) {
   const auto fault = [](std::size_t i) {
     if (i == 2) throw std::runtime_error("injected");
   };
+  constexpr auto kWrite = modhooks::detail::CopyStage::kWrite;
   {
+    // A failure the checks find (here injected into them) fails the load with nothing written.
     Net net;
     const StateDict before = snapshot(net);
-    modhooks::detail::CopyFaultGuard guard(fault);
+    modhooks::detail::CopyFaultGuard guard(fault, modhooks::detail::CopyStage::kCheck);
+    EXPECT_ERROR_WITH(modhooks::load_model(net, path("m.safetensors")), RuntimeError,
+                      "state.load.copy_failed", "('injected',)");
+    expect_same(before, modhooks::state_dict(net));
+  }
+  {
+    // A failure in the writes (the device or the file failing under the copy) says what it wrote.
+    Net net;
+    const StateDict before = snapshot(net);
+    modhooks::detail::CopyFaultGuard guard(fault, kWrite);
     const std::string message = expect_error<modhooks::RuntimeError>(
         [&] { modhooks::load_model(net, path("m.safetensors")); }, "state.load.copy_failed");
     EXPECT_NE(message.find("('injected',)"), std::string::npos) << message;
@@ -243,7 +264,7 @@ TEST_F(ModelIo, ACopyThatFailsSaysWhatItWrote) {
     auto post = modhooks::register_load_state_dict_post_hook(
         net, [](torch::nn::Module&, modhooks::IncompatibleKeys&) {});
     const StateDict before = snapshot(net);
-    modhooks::detail::CopyFaultGuard guard(fault);
+    modhooks::detail::CopyFaultGuard guard(fault, kWrite);
     EXPECT_ERROR_WITH(modhooks::load_model(net, path("m.safetensors")), RuntimeError,
                       "state.load.copy_failed", "('injected',)");
     expect_same(before, modhooks::state_dict(net));
@@ -409,6 +430,125 @@ TEST_F(ModelIo, PeakMemoryStaysWithin64MiBOfTheModel) {
         << name << ": the load held " << (peak - before) << " kB beside the model";
     for (auto& p : net->parameters()) EXPECT_EQ(p[12345].item<float>(), 2.5f);
     fs::remove(path(name));
+  }
+}
+
+/// The bytes the CUDA caching allocator holds for tensors on cuda:0 beyond what it held when
+/// this was made: `peak()` is the most at any moment since. Skips the test where no CUDA device
+/// is present or this libtorch has no DeviceAllocator (before 2.9).
+class DeviceMemory {
+ public:
+  DeviceMemory() {
+#if MODHOOKS_TEST_DEVICE_STATS
+    torch::cuda::synchronize();
+    allocator()->resetPeakStats(0);
+    start_ = bytes().current;
+#endif
+  }
+  std::int64_t peak() const {
+#if MODHOOKS_TEST_DEVICE_STATS
+    torch::cuda::synchronize();
+    return bytes().peak - start_;
+#else
+    return 0;
+#endif
+  }
+  /// Empty when the figures can be read, else why not.
+  static std::string unavailable() {
+    if (!torch::cuda::is_available()) return "no CUDA device";
+    if (!MODHOOKS_TEST_DEVICE_STATS) return "libtorch before 2.9 has no c10::DeviceAllocator";
+    return "";
+  }
+
+ private:
+#if MODHOOKS_TEST_DEVICE_STATS
+  static c10::DeviceAllocator* allocator() { return c10::getDeviceAllocator(c10::kCUDA); }
+  static c10::CachingAllocator::Stat bytes() {
+    return allocator()
+        ->getDeviceStats(0)
+        .allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  }
+  std::int64_t start_ = 0;
+#endif
+};
+
+/// A model on cuda:0 of three float tensors of 24, 8 and 4 MiB, all zeros; `expected()` is the
+/// checkpoint written for it, with `c` stored as half (converted on the way in).
+std::shared_ptr<torch::nn::Module> cuda_model() {
+  auto module = std::make_shared<torch::nn::Module>();
+  module->register_parameter("a", at::zeros({6 << 20}));
+  module->register_parameter("b", at::zeros({2 << 20}));
+  module->register_parameter("c", at::zeros({1 << 20}));
+  module->to(at::kCUDA);
+  return module;
+}
+StateDict cuda_model_checkpoint() {
+  StateDict sd;
+  sd.insert_or_assign("a", at::arange(6 << 20, at::kFloat));
+  sd.insert_or_assign("b", at::arange(2 << 20, at::kFloat) * -0.5);
+  sd.insert_or_assign("c", (at::arange(1 << 20, at::kFloat).remainder(2048)).to(at::kHalf));
+  return sd;
+}
+constexpr std::int64_t kLargestTensorBytes = std::int64_t{24} << 20;
+
+void expect_loaded(torch::nn::Module& module, const StateDict& sd, const std::string& what) {
+  auto params = module.named_parameters();
+  for (const auto& [key, tensor] : sd) {
+    EXPECT_TRUE(params[key].is_cuda()) << what << ": " << key;
+    EXPECT_TRUE(at::equal(params[key].cpu(), tensor.to(at::kFloat))) << what << ": " << key;
+  }
+}
+
+TEST_F(ModelIo, CudaLoadHoldsAtMostTheLargestTensorOnTheDevice) {
+  if (const std::string why = DeviceMemory::unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const StateDict sd = cuda_model_checkpoint();
+  for (const char* name : {"peak.safetensors", "peak.pt"}) {
+    modhooks::save(sd, path(name));
+    auto module = cuda_model();
+    std::vector<const void*> storage;
+    for (const auto& p : module->parameters()) storage.push_back(p.data_ptr());
+    const DeviceMemory memory;
+    modhooks::load_model(module, path(name));
+    EXPECT_LE(memory.peak(), kLargestTensorBytes)
+        << name << ": the load held " << memory.peak() << " bytes on the device beside the model";
+    expect_loaded(*module, sd, name);
+    // Written where the parameters are, as load_state_dict's copy_ does.
+    std::size_t i = 0;
+    for (const auto& p : module->parameters()) EXPECT_EQ(p.data_ptr(), storage[i++]) << name;
+  }
+}
+
+TEST_F(ModelIo, CpuCheckpointIntoACudaModelWithLoadStateDict) {
+  if (const std::string why = DeviceMemory::unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const StateDict sd = cuda_model_checkpoint();
+  modhooks::save(sd, path("cpu.pt"));
+  const StateDict loaded = modhooks::load(path("cpu.pt"));
+  for (const auto& [key, tensor] : loaded) ASSERT_TRUE(tensor.is_cpu()) << key;
+  auto module = cuda_model();
+  {
+    const DeviceMemory memory;
+    modhooks::load_state_dict(module, loaded);
+    // The former values wait on the host: no second copy of the model on the device.
+    EXPECT_LE(memory.peak(), kLargestTensorBytes)
+        << "load_state_dict held " << memory.peak() << " bytes on the device beside the model";
+  }
+  expect_loaded(*module, sd, "load_state_dict");
+
+  // A post-hook that throws puts the CUDA tensors back from their host copies.
+  auto other = cuda_model();
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : other->parameters()) p.fill_(3.0f);
+  }
+  auto fails = modhooks::register_load_state_dict_post_hook(
+      other, [](torch::nn::Module&, modhooks::IncompatibleKeys&) {
+        throw std::runtime_error("post-hook refuses");
+      });
+  EXPECT_THROWS_WITH(modhooks::load_state_dict(other, loaded), "post-hook refuses");
+  for (const auto& item : other->named_parameters()) {
+    EXPECT_TRUE(item.value().is_cuda()) << item.key();
+    EXPECT_TRUE(at::equal(item.value().cpu(), at::full_like(item.value().cpu(), 3.0f)))
+        << item.key() << " was not put back";
   }
 }
 

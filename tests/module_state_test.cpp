@@ -6,6 +6,8 @@
 // inverted: modhooks' load is all-or-nothing).
 #include "modhooks/state/module_state.h"
 
+#include <ATen/ops/quantize_per_tensor.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 #include <torch/nn/functional.h>  // libtorch 1.13: before the modules that use it
 #include <torch/nn/modules/batchnorm.h>
@@ -361,12 +363,23 @@ struct Snapshot {
   std::vector<void*> data;
 };
 
-/// Makes copy number `k` of the loads in its scope fail.
+/// Makes copy number `k` of the loads in its scope fail, in the checks before the first write.
 struct FailCopy : modhooks::detail::CopyFaultGuard {
   explicit FailCopy(std::size_t k)
       : CopyFaultGuard([k](std::size_t i) {
           if (i == k) throw std::runtime_error("injected failure");
         }) {}
+};
+
+/// Makes the write of copy number `k` fail, once its checks passed: the device failing under the
+/// copy.
+struct FailWrite : modhooks::detail::CopyFaultGuard {
+  explicit FailWrite(std::size_t k)
+      : CopyFaultGuard(
+            [k](std::size_t i) {
+              if (i == k) throw std::runtime_error("device lost");
+            },
+            modhooks::detail::CopyStage::kWrite) {}
 };
 
 StateDict random_state_of(torch::nn::Module& like) {
@@ -434,6 +447,118 @@ TEST(LoadStateDictAtomicity, AFailureAtEveryCopyLeavesEveryTensorBitIdentical) {
   // Without the fault the same load goes through: the failures above came from the injection.
   modhooks::load_state_dict(net, sd);
   EXPECT_TRUE(at::equal(net->bn->running_mean, sd.at("bn.running_mean")));
+}
+
+namespace {
+/// A module whose one parameter is `last`.
+struct LastImpl : torch::nn::Module {
+  explicit LastImpl(at::Tensor value) {
+    const bool requires_grad = value.requires_grad();
+    last = register_parameter("last", std::move(value), requires_grad);
+  }
+  at::Tensor last;
+};
+TORCH_MODULE(Last);
+
+/// Two Linear(3, 3), then `tail.last`: the last tensor of the state dict.
+struct LinearsThenLastImpl : torch::nn::Module {
+  explicit LinearsThenLastImpl(at::Tensor value) {
+    register_module("a", torch::nn::Linear(3, 3));
+    register_module("b", torch::nn::Linear(3, 3));
+    tail = register_module("tail", Last(std::move(value)));
+  }
+  Last tail{nullptr};
+};
+TORCH_MODULE(LinearsThenLast);
+}  // namespace
+
+TEST(LoadStateDictAtomicity, WhatWouldFailACopyIsFoundBeforeTheFirstWrite) {
+  // The load keeps no copy of the model's values: each of these fails the last tensor's copy
+  // (or swap), and only the checks before the first write leave the Linears as they were. Each
+  // message is the one the copy itself gives.
+  struct Case {
+    const char* name;
+    std::function<at::Tensor()> model_value;                        // `tail.last` in the model
+    std::function<at::Tensor(const at::Tensor&)> checkpoint_value;  // given the model's `tail.last`
+    bool assign;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"an expanded target", [] { return at::zeros({1}).expand({4}); },
+       [](const at::Tensor&) { return at::ones({4}); }, false,
+       "more than one element of the written-to tensor refers to a single memory location"},
+      {"a source overlapping part of its target", [] { return at::zeros({6}).narrow(0, 0, 4); },
+       [](const at::Tensor& last) { return last.as_strided({4}, {1}, 2); }, false,
+       "some elements of the input tensor and the written-to tensor refer to a single memory "
+       "location"},
+      {"a meta source", [] { return at::zeros({4}); },
+       [](const at::Tensor&) { return at::empty({4}, at::kMeta); }, false,
+       "Cannot copy out of meta tensor; no data!"},
+      {"an inference tensor",
+       [] {
+         c10::InferenceMode inference;
+         return at::zeros({4});
+       },
+       [](const at::Tensor&) { return at::ones({4}); }, false,
+       "Inplace update to inference tensor outside InferenceMode is not allowed"},
+      {"a sparse source", [] { return at::zeros({4}); },
+       [](const at::Tensor&) { return at::ones({4}).to_sparse(); }, false,
+       "copy_() between dense and sparse Tensors is not implemented"},
+      {"a quantized source", [] { return at::zeros({4}); },
+       [](const at::Tensor&) { return at::quantize_per_tensor(at::ones({4}), 0.1, 0, at::kQInt8); },
+       false, "Copying from quantized Tensor to non-quantized Tensor is not allowed"},
+      {"assign: integers into a parameter that requires grad",
+       [] { return at::zeros({4}).requires_grad_(); },
+       [](const at::Tensor&) { return at::ones({4}, at::kLong); }, true,
+       "data set to a tensor that requires gradients must be floating point or complex dtype"},
+      {"assign: a sparse tensor into a dense one", [] { return at::zeros({4}); },
+       [](const at::Tensor&) { return at::ones({4}).to_sparse(); }, true,
+       "have incompatible tensor type"},
+  };
+  for (const Case& c : cases) {
+    LinearsThenLast net(c.model_value());
+    const Snapshot before(*net);
+    StateDict sd = random_state_of(*net);
+    ASSERT_EQ(sd.keys().back(), "tail.last");
+    sd.insert_or_assign("tail.last", c.checkpoint_value(net->tail->last));
+    SCOPED_TRACE(c.name);
+    for (bool strict : {true, false}) {
+      EXPECT_ERROR_WITH(modhooks::load_state_dict(net, sd, strict, c.assign), RuntimeError,
+                        "state.load.copy_failed", c.message);
+      before.expect_unchanged(*net, std::string("after ") + c.name);
+    }
+  }
+}
+
+TEST(LoadStateDictAtomicity, ADeviceFailureInTheCopiesSaysWhatWasWritten) {
+  // A copy that fails once the checks passed (the device, not the load, failing; injected here
+  // at the third copy): without post-hooks no former values were kept, and the error says which
+  // tensors hold the checkpoint's values.
+  const auto sd = random_state_of(*Net());
+  {
+    Net net;
+    const Snapshot before(*net);
+    const FailWrite fault(2);
+    EXPECT_ERROR_WITH(modhooks::load_state_dict(net, sd), RuntimeError, "state.load.copy_failed",
+                      "an exception occurred : ('device lost',).\n\tWithout load post-hooks the "
+                      "load keeps no copy of the model's former values, so the tensors written "
+                      "before this one hold the checkpoint's values (\"linear1.weight\", "
+                      "\"linear1.bias\") and \"linear2.weight\" may be partly written; the others "
+                      "are as they were.");
+    EXPECT_TRUE(at::equal(net->linear1->bias, sd.at("linear1.bias")));
+    EXPECT_TRUE(at::equal(net->bn->running_mean, before.values[6]));
+  }
+  {
+    // With a post-hook the former values are kept, and the same failure undoes the load.
+    Net net;
+    auto post = ScopedHandle(modhooks::register_load_state_dict_post_hook(
+        net, [](torch::nn::Module&, IncompatibleKeys&) {}));
+    const Snapshot before(*net);
+    const FailWrite fault(2);
+    EXPECT_ERROR_WITH(modhooks::load_state_dict(net, sd), RuntimeError, "state.load.copy_failed",
+                      "an exception occurred : ('device lost',).");
+    before.expect_unchanged(*net, "after a failure under a post-hook");
+  }
 }
 
 TEST(LoadStateDictAtomicity, AHookThatThrowsAtAnyStageChangesNothing) {

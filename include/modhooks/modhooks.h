@@ -17,6 +17,7 @@
 #include "modhooks/nn/modules.h"
 #include "modhooks/nn/sequential.h"
 #include "modhooks/nn/submodule.h"
+#include "modhooks/nn/utils.h"
 #include "modhooks/optim/optim.h"
 #include "modhooks/register.h"
 #include "modhooks/state/module_state.h"

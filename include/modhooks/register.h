@@ -17,6 +17,16 @@
 
 MODHOOKS_BEGIN_NAMESPACE
 
+namespace detail {
+/// What registering a forward hook sets up beyond the tables, per kind: TorchScript's always-call
+/// hooks need full calls at the rewritten call sites (jit/detail/registry.h); others need none.
+template <class M>
+void forward_hook_added(M& /*module*/, bool /*always_call*/) noexcept {}
+template <class M, class Stored>
+void global_hook_added(M* /*kind*/, const Stored& /*stored*/) noexcept {}
+
+}  // namespace detail
+
 /// \addtogroup api_register
 /// @{
 
@@ -62,9 +72,7 @@ RemovableHandle register_forward_hook(M&& module, F hook, ForwardHookOptions opt
   auto handle =
       detail::add_hook(detail::hooks_for(detail::module_ref(module)),
                        &detail::ModuleHooks<B>::forward, std::move(entry), options.prepend());
-  if constexpr (std::is_same_v<B, torch::jit::Module>) {
-    if (options.always_call()) detail::require_full_calls(detail::module_ref(module));
-  }
+  detail::forward_hook_added(detail::module_ref(module), options.always_call());
   return handle;
 }
 
@@ -82,6 +90,9 @@ template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_full_backward_pre_hook(M&& module, F hook, bool prepend = false) {
   using T = detail::ModuleType<M>;
   using B = detail::BaseOf<T>;
+  static_assert(detail::KindTraits<B>::backward,
+                "modhooks: an AOTInductor package is inference only: backward hooks do not apply "
+                "to an aoti::Point");
   return detail::add_hook(
       detail::hooks_for(detail::module_ref(module)), &detail::ModuleHooks<B>::backward_pre,
       detail::adapt_hook<TensorList, T, const TensorList&>(std::move(hook)), prepend);
@@ -104,6 +115,9 @@ template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_full_backward_hook(M&& module, F hook, bool prepend = false) {
   using T = detail::ModuleType<M>;
   using B = detail::BaseOf<T>;
+  static_assert(detail::KindTraits<B>::backward,
+                "modhooks: an AOTInductor package is inference only: backward hooks do not apply "
+                "to an aoti::Point");
   return detail::add_hook(
       detail::hooks_for(detail::module_ref(module)), &detail::ModuleHooks<B>::backward,
       detail::adapt_hook<TensorList, T, const TensorList&, const TensorList&>(std::move(hook)),
@@ -112,27 +126,48 @@ RemovableHandle register_full_backward_hook(M&& module, F hook, bool prepend = f
 
 namespace detail {
 
-/// Adds a global hook to the nn table, the TorchScript table or both, as its callable takes
-/// `torch::nn::Module&`, `torch::jit::Module&` or either (`auto&`); one id, one handle.
+/// Whether some kind whose tables take generic hooks can call `F`.
+template <class F, class... A, class... K>
+constexpr bool generic_kind_takes(KindList<K...> /*kinds*/) {
+  return std::disjunction_v<std::conjunction<std::bool_constant<KindTraits<K>::generic_hooks>,
+                                             std::is_invocable<F&, K&, A...>>...>;
+}
+
+/// Whether global hook `F` goes to the tables of kind `K`: any hook callable with it, for kinds
+/// that take generic hooks; for the others, only a hook written for them (no generic kind takes
+/// it), so that an `auto&` hook is never instantiated for them.
+template <class F, class K, class... A>
+constexpr bool reaches_kind() {
+  if constexpr (KindTraits<K>::generic_hooks || !generic_kind_takes<F, A...>(Kinds{})) {
+    return std::is_invocable_v<F&, K&, A...>;
+  } else {
+    return false;
+  }
+}
+
+template <class F, class... A, class... K>
+constexpr bool reaches_any_kind(KindList<K...> /*kinds*/) {
+  return (reaches_kind<F, K, A...>() || ...);
+}
+
+/// Adds a global hook to the table of every kind it reaches (see `reaches_kind`): nn,
+/// TorchScript or both as its callable takes `torch::nn::Module&`, `torch::jit::Module&` or
+/// either (`auto&`); points for a hook taking `const aoti::Point&`. One id, one handle.
 template <class Ret, class... A, class F, class Select, class Entry>
 RemovableHandle add_global_hook(F hook, Select select, Entry entry, bool prepend) {
-  constexpr bool nn = std::is_invocable_v<F&, torch::nn::Module&, A...>;
-  constexpr bool jit = std::is_invocable_v<F&, torch::jit::Module&, A...>;
-  static_assert(nn || jit,
-                "modhooks: a global hook takes torch::nn::Module&, torch::jit::Module& or auto& "
-                "and then the arguments Python passes to that kind of hook");
+  static_assert(reaches_any_kind<F, A...>(Kinds{}),
+                "modhooks: a global hook takes torch::nn::Module&, torch::jit::Module&, auto& or "
+                "const modhooks::aoti::Point& and then the arguments Python passes to that kind "
+                "of hook");
   const std::uint64_t id = next_hook_id.fetch_add(1);
-  if constexpr (nn) {
-    select(*global_hooks<torch::nn::Module>())
-        .add(entry(adapt_hook<Ret, torch::nn::Module, A...>(hook)), prepend, id);
-  }
-  if constexpr (jit) {
-    auto stored = entry(adapt_hook<Ret, torch::jit::Module, A...>(hook));
-    if constexpr (std::is_same_v<decltype(stored), ForwardHookEntry<torch::jit::Module>>) {
-      if (stored.always_call) require_full_calls_everywhere();
+  for_each_kind(Kinds{}, [&](auto* kind) {
+    using K = std::remove_pointer_t<decltype(kind)>;
+    if constexpr (reaches_kind<F, K, A...>()) {
+      auto stored = entry(adapt_hook<Ret, K, A...>(hook));
+      global_hook_added(kind, stored);
+      select(*global_hooks<K>()).add(std::move(stored), prepend, id);
     }
-    select(*global_hooks<torch::jit::Module>()).add(std::move(stored), prepend, id);
-  }
+  });
   return RemovableHandle(global_hook_tables(), id);
 }
 
@@ -197,6 +232,9 @@ RemovableHandle register_module_forward_hook(F hook, ForwardHookOptions options 
 /// \endcode
 template <class F>
 RemovableHandle register_module_full_backward_pre_hook(F hook) {
+  static_assert(!detail::reaches_kind<F, const aoti::Point, const TensorList&>(),
+                "modhooks: an AOTInductor package is inference only: backward hooks do not apply "
+                "to an aoti::Point");
   return detail::add_global_hook<TensorList, const TensorList&>(
       std::move(hook), [](auto& hooks) -> auto& { return hooks.backward_pre; }, detail::same,
       false);
@@ -214,6 +252,9 @@ RemovableHandle register_module_full_backward_pre_hook(F hook) {
 /// \endcode
 template <class F>
 RemovableHandle register_module_full_backward_hook(F hook) {
+  static_assert(!detail::reaches_kind<F, const aoti::Point, const TensorList&, const TensorList&>(),
+                "modhooks: an AOTInductor package is inference only: backward hooks do not apply "
+                "to an aoti::Point");
   return detail::add_global_hook<TensorList, const TensorList&, const TensorList&>(
       std::move(hook), [](auto& hooks) -> auto& { return hooks.backward; }, detail::same, false);
 }

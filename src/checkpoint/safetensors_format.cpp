@@ -28,7 +28,7 @@ constexpr std::uint64_t kMaxHeaderSize = 100'000'000;
 
 /// Fields safetensors does not define are skipped; their nesting is bounded so that skipping
 /// recurses no deeper.
-constexpr int kMaxDepth = 64;
+constexpr int kMaxJsonDepth = 64;
 
 /// `s` (UTF-8, which checked_dtype ensures) as a JSON string.
 void append_json_string(std::string& out, std::string_view s) {
@@ -264,8 +264,8 @@ class HeaderParser {
   }
 
   void skip_value(int depth) {
-    if (depth > kMaxDepth)
-      invalid("values nest deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (depth > kMaxJsonDepth)
+      invalid("values nest deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     const char c = peek();
     if (c == '"') {
       parse_string();

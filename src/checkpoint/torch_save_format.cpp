@@ -203,10 +203,26 @@ std::string pickle_state_dict(const StateDict& sd) {
       check_utf8("_metadata prefix '" + prefix + "'", prefix);
       w.str(prefix);
       w.empty_dict();
-      for (const auto& [name, value] : metadata) {
+      // Keys are sorted, so the flattened keys of one nested dict are adjacent.
+      for (auto it = metadata.begin(); it != metadata.end();) {
+        const std::string& name = it->first;
         check_utf8("_metadata['" + prefix + "'] key '" + name + "'", name);
-        w.str(name);
-        w.integer(value);
+        const std::size_t cut = name.find(kNestedMetadataSeparator);
+        if (cut == std::string::npos) {
+          w.str(name);
+          w.integer(it->second);
+          w.set_item();
+          ++it;
+          continue;
+        }
+        const std::string outer = name.substr(0, cut + 1);
+        w.str(name.substr(0, cut));
+        w.empty_dict();
+        for (; it != metadata.end() && it->first.compare(0, outer.size(), outer) == 0; ++it) {
+          w.str(it->first.substr(outer.size()));
+          w.integer(it->second);
+          w.set_item();
+        }
         w.set_item();
       }
       w.set_item();

@@ -32,7 +32,7 @@ namespace {
 /// Deep enough for a state dict (dict -> _metadata -> module -> value, tensor argument tuples)
 /// and a training checkpoint (dict -> optimizer -> state -> parameter -> tensor); the bound
 /// keeps destruction and conversion of nested values from recursing without limit.
-constexpr int kMaxDepth = 32;
+constexpr int kMaxPickleDepth = 32;
 
 /// What libtorch allocates for one tensor beside its TensorImpl, in bytes (its version counter);
 /// an upper bound, which tests/load_memory_test.cpp checks against a flood of tensors.
@@ -243,7 +243,7 @@ void Value::release() {
     case Kind::kList:
     case Kind::kDict:
     case Kind::kComplex:
-      // Recursion is bounded by kMaxDepth.
+      // Recursion is bounded by kMaxPickleDepth.
       if (--items->refs == 0) delete items;
       break;
     case Kind::kStorage:
@@ -428,6 +428,9 @@ class Unpickler {
   Value make_complex(const std::vector<Value>& args);
   void build(Value& target, const Value& state);
   StateDict to_state_dict(const Value& result);
+  /// One integer of a module's metadata, `value` at the place `where` names in error texts.
+  void add_metadata(Metadata& md, const std::string& where, const std::string& name,
+                    const Value& value);
   c10::IValue to_ivalue(const Value& v);
   c10::IValue container_to_ivalue(const Value& v);
   /// IValues of the containers the object refers to more than once, so that each is converted
@@ -527,9 +530,9 @@ void Unpickler::nest(Container& parent, const Value& child) {
   if (child.items == &parent) error("checkpoint.pickle.cycle", "a container cannot contain itself");
   child.items->sealed = true;
   parent.depth = std::max(parent.depth, child.items->depth + 1);
-  if (parent.depth > kMaxDepth) {
+  if (parent.depth > kMaxPickleDepth) {
     error("checkpoint.pickle.too_deep",
-          "objects nest deeper than " + std::to_string(kMaxDepth) + " levels");
+          "objects nest deeper than " + std::to_string(kMaxPickleDepth) + " levels");
   }
 }
 
@@ -953,6 +956,17 @@ void Unpickler::build(Value& target, const Value& state) {
   }
 }
 
+void Unpickler::add_metadata(Metadata& md, const std::string& where, const std::string& name,
+                             const Value& value) {
+  if (value.kind != Kind::kInt && value.kind != Kind::kBool) {
+    fail<TypeError>("checkpoint.load.bad_metadata",
+                    where + " is a " + kind_name(value.kind) + ", not an int");
+  }
+  // A tree node: three links and a colour, the key and the value, the key's heap block.
+  charge(4 * sizeof(void*) + sizeof(std::string) + sizeof(std::int64_t) + name.size() + 1);
+  md[name] = value.number;
+}
+
 StateDict Unpickler::to_state_dict(const Value& result) {
   if (result.kind != Kind::kDict) {
     fail<TypeError>("checkpoint.load.not_a_state_dict",
@@ -1001,14 +1015,23 @@ StateDict Unpickler::to_state_dict(const Value& result) {
         }
         const std::string& name = name_key.str();
         const Value& value = entry.items->items[j + 1];
-        if (value.kind != Kind::kInt && value.kind != Kind::kBool) {
-          fail<TypeError>("checkpoint.load.bad_metadata", "_metadata['" + prefix + "']['" + name +
-                                                              "'] is a " + kind_name(value.kind) +
-                                                              ", not an int");
+        if (value.kind == Kind::kDict) {
+          // One level of nesting, as spectral_norm writes it ({'spectral_norm':
+          // {'weight.version': 1}}): flattened to "spectral_norm/weight.version".
+          for (std::size_t k = 0; k < value.items->items.size(); k += 2) {
+            const Value& inner_key = value.items->items[k];
+            const Value& inner = value.items->items[k + 1];
+            const std::string where = "_metadata['" + prefix + "']['" + name + "']";
+            if (inner_key.kind != Kind::kStr) {
+              fail<TypeError>("checkpoint.load.bad_metadata",
+                              where + " key " + key_text(inner_key) + " is not a str");
+            }
+            add_metadata(md, where + "['" + inner_key.str() + "']",
+                         name + kNestedMetadataSeparator + inner_key.str(), inner);
+          }
+          continue;
         }
-        // A tree node: three links and a colour, the key and the value, the key's heap block.
-        charge(4 * sizeof(void*) + sizeof(std::string) + sizeof(std::int64_t) + name.size() + 1);
-        md[name] = value.number;
+        add_metadata(md, "_metadata['" + prefix + "']['" + name + "']", name, value);
       }
       sd.metadata().insert_or_assign(prefix, std::move(md));
     }

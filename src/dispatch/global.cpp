@@ -3,12 +3,13 @@
 #include "modhooks/dispatch/detail/global.h"
 
 #include <cstdint>
+#include <type_traits>
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
-std::atomic<std::int64_t> global_nn_hooks_active{0};
-std::atomic<std::int64_t> global_jit_hooks_active{0};
+template <class M>
+std::atomic<std::int64_t> GlobalHooksActive<M>::count{0};
 
 namespace {
 /// Keeps `global_hooks_active<M>` equal to the number of hooks in the global tables of `M`.
@@ -28,8 +29,12 @@ const std::shared_ptr<ModuleHooks<M>>& global_hooks() {
   return hooks;
 }
 
+template struct GlobalHooksActive<torch::nn::Module>;
+template struct GlobalHooksActive<torch::jit::Module>;
+template struct GlobalHooksActive<const aoti::Point>;
 template const std::shared_ptr<ModuleHooks<torch::nn::Module>>& global_hooks<torch::nn::Module>();
 template const std::shared_ptr<ModuleHooks<torch::jit::Module>>& global_hooks<torch::jit::Module>();
+template const std::shared_ptr<ModuleHooks<const aoti::Point>>& global_hooks<const aoti::Point>();
 
 namespace {
 template <class Hooks>
@@ -43,8 +48,10 @@ void remove_from(Hooks& hooks, std::uint64_t id) noexcept {
 class GlobalHookTables final : public HookTableBase {
  public:
   void remove(std::uint64_t id) noexcept override {
-    remove_from(*global_hooks<torch::nn::Module>(), id);
-    remove_from(*global_hooks<torch::jit::Module>(), id);
+    for_each_kind(Kinds{}, [id](auto* kind) {
+      using M = std::remove_pointer_t<decltype(kind)>;
+      remove_from(*global_hooks<M>(), id);
+    });
   }
 };
 }  // namespace

@@ -2,12 +2,17 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -92,25 +97,38 @@ inline std::string quoted_list(const std::vector<std::string>& keys,
   return out;
 }
 
+/// Where a load's copy may be made to fail by a `CopyFaultGuard`: in the checks that run
+/// before the first write (what the checks exist to catch: the load then fails with nothing
+/// written), or in the writes themselves (what is left once the checks passed: a device or a file
+/// failing under the copy).
+enum class CopyStage { kCheck, kWrite };
+
 /// The test seam of the all-or-nothing promise: while a guard lives on a thread, every
-/// `load_state_dict` that starts on that thread calls `fault(i)` before its i-th copy (in the
-/// order of the model's tensors), and what it throws fails that copy. A load reads the seam once,
-/// when it starts; without a guard its copies test nothing.
+/// `load_state_dict` that starts on that thread calls `fault(i)` at `stage` of its i-th copy (in
+/// the order of the model's tensors), and what it throws fails that copy. A load reads the seam
+/// once, when it starts; without a guard its copies test nothing.
 class CopyFaultGuard {
  public:
-  explicit CopyFaultGuard(std::function<void(std::size_t)> fault)
-      : fault_(std::move(fault)), outer_(std::exchange(active_, &fault_)) {}
+  explicit CopyFaultGuard(std::function<void(std::size_t)> fault,
+                          CopyStage stage = CopyStage::kCheck)
+      : fault_(std::move(fault)), stage_(stage), outer_(std::exchange(active_, this)) {}
   ~CopyFaultGuard() { active_ = outer_; }
   CopyFaultGuard(const CopyFaultGuard&) = delete;
   CopyFaultGuard& operator=(const CopyFaultGuard&) = delete;
 
-  /// The innermost guard's fault on this thread, or null.
-  static const std::function<void(std::size_t)>* active() noexcept { return active_; }
+  /// The innermost guard on this thread, or null.
+  static const CopyFaultGuard* active() noexcept { return active_; }
+
+  /// Throws what the fault throws when `stage` is this guard's.
+  void at(CopyStage stage, std::size_t i) const {
+    if (stage == stage_) fault_(i);
+  }
 
  private:
   std::function<void(std::size_t)> fault_;
-  const std::function<void(std::size_t)>* outer_;
-  static inline thread_local const std::function<void(std::size_t)>* active_ = nullptr;
+  CopyStage stage_;
+  const CopyFaultGuard* outer_;
+  static inline thread_local const CopyFaultGuard* active_ = nullptr;
 };
 
 /// An exception's message as Python shows it: c10's without the C++ backtrace.
@@ -132,6 +150,63 @@ inline void swap_in(const at::Tensor& target, const at::Tensor& source) {
     target.set_data(source);
   }
 }
+
+/// What makes a load's copy (`copy_`) or swap (`assign`) fail, checked without writing into the
+/// model: each check throws what the copy or swap itself would (libtorch's own checks, run on the
+/// tensors or on a stand-in), so that a load that fails here fails with Python's message and
+/// nothing written. What is left to fail once these pass is the device or the file under the
+/// copy (an error of the CUDA runtime, memory the device cannot give, a read error).
+class CopyChecks {
+ public:
+  /// `target.copy_(source)`, whose shapes are equal.
+  void copy(const at::Tensor& target, const at::Tensor& source) {
+    if (target.is_meta()) return;  // a no-op, with Python's warning
+    TORCH_CHECK_NOT_IMPLEMENTED(!source.is_meta(), "Cannot copy out of meta tensor; no data!");
+    if (source.layout() != at::kStrided || target.layout() != at::kStrided ||
+        source.is_quantized() || target.is_quantized()) {
+      // copy_'s rules between layouts and for quantized tensors are its own: a trial copy into a
+      // tensor like the target (at most one tensor's size, freed at once) gives its answer.
+      at::empty_like(target).copy_(source);
+      return;
+    }
+    // An `expand`ed target, or one of whose elements share memory; a source that overlaps part
+    // of the target (copy_'s TensorIterator refuses both, with these messages).
+    at::assert_no_internal_overlap(target);
+    at::assert_no_partial_overlap(target, source);
+    if (target.is_inference() && !c10::InferenceMode::is_enabled()) {
+      target.as_strided({0}, {1}).copy_(at::empty({0}, target.options()));  // fails as copy_ does
+    }
+    if (source.scalar_type() != target.scalar_type() || source.device() != target.device()) {
+      // A conversion or transfer libtorch lacks (an old libtorch's float8 to complex) fails on
+      // one element, once per pair of dtypes and devices, rather than halfway through the model.
+      const Pair pair{source.scalar_type(), target.scalar_type(), source.device(), target.device()};
+      if (source.numel() != 0 && std::find(tried_.begin(), tried_.end(), pair) == tried_.end()) {
+        at::empty({1}, target.options()).copy_(source.as_strided({1}, {1}));
+        tried_.push_back(pair);
+      }
+    }
+  }
+
+  /// `swap_in(target, source)`, run on a stand-in with the target's options and `requires_grad`
+  /// (set_data's checks: the kinds of tensor, a floating-point dtype where gradients are
+  /// required); it shares the source's storage, so it copies nothing.
+  static void swap(const at::Tensor& target, const at::Tensor& source) {
+    at::Tensor stand_in = at::empty({0}, target.options());
+    if (target.requires_grad()) stand_in.requires_grad_(true);
+    swap_in(stand_in, source);
+  }
+
+ private:
+  struct Pair {
+    at::ScalarType from, to;
+    at::Device from_device, to_device;
+    bool operator==(const Pair& o) const {
+      return from == o.from && to == o.to && from_device == o.from_device &&
+             to_device == o.to_device;
+    }
+  };
+  std::vector<Pair> tried_;
+};
 
 /// The version a module's state dict is written with: the one given by
 /// `set_state_dict_version`, or its class's.
@@ -181,9 +256,11 @@ StateDict state_dict(typename Adapter::Module& module, const std::string& prefix
 /// every key is matched in one pass (one hash lookup per module tensor, one prefix walk per
 /// unmatched key, so the whole load is linear in the number of keys); then, only if nothing is
 /// wrong, every tensor is copied; then post-hooks in post-order, seeing the lists Python's would
-/// at that point. A copy that fails, a post-hook that throws and a strict check that fails on
-/// the lists the post-hooks left all undo the copies: a failed load leaves every parameter and
-/// buffer as it was.
+/// at that point. What can make a copy fail (`CopyChecks`) is checked in the matching pass, so a
+/// load that fails before the copies leaves every parameter and buffer as it was, with no copy
+/// of the model's values made. Only with load post-hooks are the former values kept, from the
+/// copies until the load returns: a post-hook that throws, a strict check that fails on the lists
+/// the post-hooks left and a copy that fails under the device then put every tensor back.
 template <class Adapter>
 class Loader {
   using Module = typename Adapter::Module;
@@ -310,6 +387,7 @@ class Loader {
 
   std::vector<Copy> match(const StateDict& dict) {
     std::vector<Copy> copies;
+    CopyChecks checks;
     for (auto& node : nodes_) {
       for (auto& own : own_tensors<Adapter>(*node.module)) {
         std::string key = node.prefix + own.name;
@@ -334,6 +412,19 @@ class Loader {
                      fmt::format("size mismatch for {}: copying a param with shape {} from "
                                  "checkpoint, the shape in current model is {}.",
                                  key, torch_size(source.sizes()), torch_size(own.tensor.sizes())));
+          continue;
+        }
+        // What would make this copy fail is found now, before anything is written.
+        try {
+          if (fault_) fault_->at(CopyStage::kCheck, copies.size());
+          if (assign_) {
+            CopyChecks::swap(own.tensor, source);
+          } else {
+            checks.copy(own.tensor, source);
+          }
+        } catch (const std::exception& e) {
+          push_error("state.load.copy_failed", copy_failed(key, own.tensor, source, e));
+          copies.push_back(Copy{});  // the copies keep their numbering
           continue;
         }
         copies.push_back(Copy{own.tensor, std::move(source), std::move(key)});
@@ -392,22 +483,20 @@ class Loader {
     node.hooks->load_post.for_each([&](const auto& hook) { hook(*node.module, keys); });
   }
 
-  /// What a copy overwrote. A tensor's former values are kept in host memory, so a load into a
-  /// CUDA model needs no second copy of the model on the device.
+  /// What a copy overwrote, kept only while a load post-hook may still fail the load. A
+  /// tensor's former values are kept in host memory, so a load into a CUDA model needs no second
+  /// copy of the model on the device.
   struct Undo {
     at::Tensor target, former;
   };
 
-  /// Copies (or, with `assign`, swaps in) every matched tensor, keeping what undoes each. A copy
-  /// that fails undoes the ones before it and raises Python's message.
-  ///
-  /// `load_model` (a TensorCopy) keeps no former values unless post-hooks may still fail the
-  /// load: they would take the model's size in memory. Everything that can fail is checked
-  /// before its first write (in `prepare`), so what is left to fail a copy is the device or the
-  /// file failing under it; the error then says which tensors were written.
+  /// Copies (or, with `assign`, swaps in) every matched tensor. Everything that can fail a copy
+  /// was checked in `match` (and by `direct_->prepare`), so the former values are kept only when
+  /// post-hooks run after the copies: they may throw, or leave keys that fail a strict load, and
+  /// the load is then undone. What is left to fail a copy is the device or the file under it: the
+  /// former values, when kept, are put back; else the error says which tensors were written.
   std::vector<Undo> commit(const std::vector<Copy>& copies, bool has_post) {
     at::NoGradGuard no_grad;
-    const bool keep_former = !direct_ || has_post || assign_;
     if (direct_ && !assign_) {
       std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
       pairs.reserve(copies.size());
@@ -417,49 +506,55 @@ class Loader {
       direct_->prepare(pairs);
     }
     std::vector<Undo> undo;
-    if (keep_former) undo.reserve(copies.size());
+    if (has_post) undo.reserve(copies.size());
     for (std::size_t i = 0; i < copies.size(); ++i) {
       const Copy& c = copies[i];
       try {
-        if (fault_) (*fault_)(i);
+        if (fault_) fault_->at(CopyStage::kWrite, i);
         if (assign_) {
-          undo.push_back(Undo{c.target, c.target.variable_data()});
+          if (has_post) undo.push_back(Undo{c.target, c.target.variable_data()});
           swap_in(c.target, c.source);
         } else if (c.target.is_meta()) {
           // Python's copy into a meta tensor: a no-op, with its warning when the data is real.
           if (!c.source.is_meta()) warn_meta_copy(c.key);
         } else {
-          if (keep_former) {
+          if (has_post) {
             undo.push_back(Undo{c.target, c.target.to(at::kCPU, /*non_blocking=*/false,
                                                       /*copy=*/true)});
           }
-          if (direct_ && !assign_) {
+          if (direct_) {
             direct_->copy(c.target, c.source);
           } else {
             c.target.copy_(c.source);
           }
         }
       } catch (const std::exception& e) {
-        rollback(undo);
-        push_error("state.load.copy_failed",
-                   fmt::format("While copying the parameter named \"{}\", whose dimensions in the "
-                               "model are {} and whose dimensions in the checkpoint are {}, an "
-                               "exception occurred : ('{}',).",
-                               c.key, torch_size(c.target.sizes()), torch_size(c.source.sizes()),
-                               message_of(e)));
-        if (!keep_former) {
+        push_error("state.load.copy_failed", copy_failed(c.key, c.target, c.source, e));
+        if (has_post) {
+          rollback(undo);
+        } else {
           std::vector<std::string> written;
-          for (std::size_t k = 0; k < i; ++k) written.push_back(copies[k].key);
+          for (std::size_t k = 0; k < i; ++k) {
+            if (assign_ || !copies[k].target.is_meta()) written.push_back(copies[k].key);
+          }
           errors_.push_back(fmt::format(
-              "load_model keeps no copy of the model's former values, so the tensors written "
-              "before this one hold the checkpoint's values ({}) and \"{}\" may be partly "
-              "written; the others are as they were.",
+              "Without load post-hooks the load keeps no copy of the model's former values, so "
+              "the tensors written before this one hold the checkpoint's values ({}) and \"{}\" "
+              "may be partly written; the others are as they were.",
               written.empty() ? std::string("none") : quoted_list(written), c.key));
         }
         raise({}, {});
       }
     }
     return undo;
+  }
+
+  static std::string copy_failed(const std::string& key, const at::Tensor& target,
+                                 const at::Tensor& source, const std::exception& e) {
+    return fmt::format(
+        "While copying the parameter named \"{}\", whose dimensions in the model are {} and "
+        "whose dimensions in the checkpoint are {}, an exception occurred : ('{}',).",
+        key, torch_size(target.sizes()), torch_size(source.sizes()), message_of(e));
   }
 
   /// Puts every undone tensor back, the failed one included (a copy may fail after writing
@@ -516,8 +611,8 @@ class Loader {
   const bool strict_;
   const bool assign_;
   const std::string root_name_;
-  TensorCopy* const direct_;                             // load_model's, or null
-  const std::function<void(std::size_t)>* const fault_;  // a CopyFaultGuard's, or null
+  TensorCopy* const direct_;           // load_model's, or null
+  const CopyFaultGuard* const fault_;  // the tests' seam, or null
   std::unique_ptr<StateDict> working_;
   std::vector<Node> nodes_;
   std::unordered_map<std::string, std::size_t> prefixes_;

@@ -6,6 +6,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "modhooks/aoti/detail/identity.h"
+#include "modhooks/core/detail/adapt.h"
+#include "modhooks/core/detail/kinds.h"
 #include "modhooks/jit/detail/identity.h"
 #include "modhooks/nn/detail/identity.h"
 #include "modhooks/version.h"
@@ -14,14 +17,19 @@ MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// The module behind every spelling the public functions accept, nn (`Module&`,
-/// `shared_ptr<T>`, holders) or TorchScript (`torch::jit::Module`): the one place that sees
-/// both adapters' `module_ref` overloads.
+/// `shared_ptr<T>`, holders), TorchScript (`torch::jit::Module`) or a hook point of an exported
+/// model (`aoti::Point`): the one place that sees every adapter's `module_ref` overloads.
 template <class M>
 using ModuleType = std::remove_reference_t<decltype(module_ref(std::declval<M&>()))>;
 
-/// Enables an overload for every module spelling, nn or TorchScript.
+/// Enables an overload for every module spelling, nn, TorchScript or point.
 template <class M>
 using IfModule = std::enable_if_t<sizeof(ModuleType<M>*) != 0, int>;
+
+/// Enables an overload for the spellings of modules that have state (nn and TorchScript): a
+/// point of an exported model has none, and state functions do not take it.
+template <class M>
+using IfStateModule = std::enable_if_t<KindTraits<BaseOf<ModuleType<M>>>::state, int>;
 
 }  // namespace detail
 MODHOOKS_END_NAMESPACE

@@ -87,6 +87,63 @@ R run_hooked(T& module, Dispatch<torch::nn::Module>& dispatch,
   return std::move(*result);
 }
 
+/// What a hooked call of a module without global hooks finds in its tables, in one visit: its
+/// forward hooks when they are all the call has to run (no other kind of hook, none
+/// `always_call`), for `run_forward_hooks_only`; else the call's `Dispatch`.
+struct OwnHooks {
+  HookList<ForwardHookEntry<torch::nn::Module>>::Snapshot forward;
+  std::optional<Dispatch<torch::nn::Module>> dispatch;  // set when not forward hooks only
+};
+
+inline OwnHooks own_hooks(const torch::nn::Module& module) {
+  OwnHooks out;
+  nn_table<NnHooks>().visit(&module, [&](const std::shared_ptr<NnHooks>* found) {
+    if (!found) return;  // none at all: the filter's slot is shared with a hooked module
+    const NnHooks& hooks = **found;
+    bool only = hooks.forward_pre.empty() && hooks.backward_pre.empty() && hooks.backward.empty();
+    if (only) {
+      out.forward = hooks.forward.snapshot_guarded();
+      if (out.forward) {
+        for (const auto& entry : *out.forward) only = only && !entry.hook.always_call;
+      }
+    }
+    if (!only) {
+      out.forward = nullptr;
+      out.dispatch.emplace(nullptr, &hooks, /*local_guarded=*/true);
+    }
+  });
+  return out;
+}
+
+/// Python's `_call_impl` when the module's own forward hooks are all it runs: forward, then the
+/// hooks on what forward received (the caller's arguments, not copies) and its result, each
+/// borrowed. No error path: without always-call hooks, what forward or a hook throws propagates
+/// as it is. Two no-op hooks cost 599 instructions over forward through the general path
+/// (`run_hooked` with a `Dispatch`) and 416 through this one (callgrind, Identity); after a
+/// forward whose own code evicts theirs (Linear), fewer instructions are fewer cache misses.
+template <class R, class T, class... Args>
+R run_forward_hooks_only(
+    T& module, const std::vector<HookList<ForwardHookEntry<torch::nn::Module>>::Entry>& hooks,
+    Args&... args) {
+  torch::nn::Module& base = module;
+  R result = module.forward(args...);
+  {
+    const ShownArgs shown(std::tuple<Args&...>(args...));
+    ShownValue output = show(result);
+    bool replaced = false;
+    for (const auto& entry : hooks) {
+      if (auto replacement = entry.hook.fn(base, shown.get(), output.get())) {
+        output.replace(std::move(*replacement));
+        replaced = true;
+      }
+    }
+    if (replaced) {
+      unbox_replacement("forward hook", base, [&] { unbox_into(output.get(), result); });
+    }
+  }
+  return result;
+}
+
 /// `call` when some hook exists somewhere.
 template <class T, class... Args>
 C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
@@ -97,7 +154,18 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
       global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) != 0
           ? global_hooks<torch::nn::Module>().get()
           : nullptr;
-  Dispatch<torch::nn::Module> dispatch = dispatch_for(module, global);
+  std::optional<Dispatch<torch::nn::Module>> found;
+  if (global == nullptr && hooked_modules.may_have_hooks(&base)) {
+    OwnHooks own = own_hooks(base);
+    if (!own.dispatch) {
+      if (!own.forward) return module.forward(std::forward<Args>(args)...);
+      return run_forward_hooks_only<R>(module, *own.forward, args...);
+    }
+    found = std::move(own.dispatch);
+  } else {
+    found.emplace(dispatch_for(module, global));
+  }
+  Dispatch<torch::nn::Module>& dispatch = *found;
   if (dispatch.empty()) return module.forward(std::forward<Args>(args)...);
 
   auto backward_hook = dispatch.backward_hook(base, [&] { return base.weak_from_this().lock(); });

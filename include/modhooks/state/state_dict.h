@@ -22,7 +22,14 @@ MODHOOKS_BEGIN_NAMESPACE
 
 /// One module's entry in Python's `state_dict._metadata`, e.g. {"version": 1}. Python allows any
 /// value there, but every module of torch.nn writes only integers, and checkpoints carry them.
+///
+/// A dict nested in an entry (Python's `spectral_norm` writes `{'spectral_norm':
+/// {'weight.version': 1}}`) is flattened: its keys join the outer key after
+/// `kNestedMetadataSeparator` ("spectral_norm/weight.version"); saving nests them again.
 using Metadata = std::map<std::string, std::int64_t>;
+
+/// What joins a nested metadata key to the outer one (see `Metadata`).
+inline constexpr char kNestedMetadataSeparator = '/';
 
 /// Python's `state_dict()` result: an OrderedDict of name -> tensor with `_metadata` beside it.
 ///

@@ -99,7 +99,7 @@ inline std::shared_ptr<JitStateHooks> state_data_for(torch::jit::Module& module)
 ///         std::cout << "collecting " << prefix << "\n";
 ///       });
 /// \endcode
-template <class M, class F, detail::IfModule<M> = 0>
+template <class M, class F, detail::IfStateModule<M> = 0>
 RemovableHandle register_state_dict_pre_hook(M&& module, F hook) {
   using T = detail::ModuleType<M>;
   using B = detail::BaseOf<T>;
@@ -117,7 +117,7 @@ RemovableHandle register_state_dict_pre_hook(M&& module, F hook) {
 ///       net, [](torch::nn::Module&, modhooks::StateDict& sd, const std::string& prefix,
 ///               const modhooks::Metadata&) { sd.erase(prefix + "cache"); });
 /// \endcode
-template <class M, class F, detail::IfModule<M> = 0>
+template <class M, class F, detail::IfStateModule<M> = 0>
 RemovableHandle register_state_dict_post_hook(M&& module, F hook) {
   using T = detail::ModuleType<M>;
   using B = detail::BaseOf<T>;
@@ -143,7 +143,7 @@ RemovableHandle register_state_dict_post_hook(M&& module, F hook) {
 ///         }
 ///       });
 /// \endcode
-template <class M, class F, detail::IfModule<M> = 0>
+template <class M, class F, detail::IfStateModule<M> = 0>
 RemovableHandle register_load_state_dict_pre_hook(M&& module, F hook) {
   using T = detail::ModuleType<M>;
   using B = detail::BaseOf<T>;
@@ -165,7 +165,7 @@ RemovableHandle register_load_state_dict_pre_hook(M&& module, F hook) {
 ///         keys.missing_keys.clear();  // a strict load accepts missing keys
 ///       });
 /// \endcode
-template <class M, class F, detail::IfModule<M> = 0>
+template <class M, class F, detail::IfStateModule<M> = 0>
 RemovableHandle register_load_state_dict_post_hook(M&& module, F hook) {
   using T = detail::ModuleType<M>;
   using B = detail::BaseOf<T>;
@@ -181,7 +181,7 @@ RemovableHandle register_load_state_dict_post_hook(M&& module, F hook) {
 /// \code
 ///   modhooks::register_buffer(net, "running_count", torch::zeros({}), /*persistent=*/false);
 /// \endcode
-template <class M, detail::IfModule<M> = 0>
+template <class M, detail::IfStateModule<M> = 0>
 void register_buffer(M&& module, std::string name, at::Tensor tensor, bool persistent = true) {
   auto& m = detail::module_ref(module);
   auto state = detail::state_data_for(m);
@@ -213,7 +213,7 @@ void register_buffer(M&& module, std::string name, at::Tensor tensor, bool persi
 ///         }
 ///       });
 /// \endcode
-template <class M, detail::IfModule<M> = 0>
+template <class M, detail::IfStateModule<M> = 0>
 void set_state_dict_version(M&& module, std::int64_t version) {
   auto state = detail::state_data_for(detail::module_ref(module));
   std::lock_guard<std::mutex> lock(state->mutex);

@@ -16,8 +16,8 @@
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
-/// The type hooks receive for a module of type `T`: `torch::nn::Module` for every nn module,
-/// `torch::jit::Module` for TorchScript ones.
+/// The type hooks receive for a module of type `T`, its kind: `torch::nn::Module` for every nn
+/// module, `torch::jit::Module` for TorchScript ones, `const aoti::Point` for a hook point.
 template <class T>
 struct BaseOfT {
   using type = std::conditional_t<std::is_base_of_v<torch::nn::Module, T>, torch::nn::Module, T>;
@@ -25,6 +25,10 @@ struct BaseOfT {
 template <>
 struct BaseOfT<torch::jit::Module> {
   using type = torch::jit::Module;
+};
+template <>
+struct BaseOfT<const aoti::Point> {
+  using type = const aoti::Point;
 };
 template <class T>
 using BaseOf = typename BaseOfT<T>::type;

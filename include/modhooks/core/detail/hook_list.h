@@ -115,9 +115,13 @@ class HookList final : public HookTableBase {
       std::lock_guard<std::mutex> writing(write_mutex_);
       auto next = std::make_shared<Entries>();
       next->reserve(entries_->size() + 1);
-      if (prepend) next->push_back(Entry{id, std::move(hook)});
-      next->insert(next->end(), entries_->begin(), entries_->end());
-      if (!prepend) next->push_back(Entry{id, std::move(hook)});
+      if (prepend) {
+        next->push_back(Entry{id, std::move(hook)});
+        next->insert(next->end(), entries_->begin(), entries_->end());
+      } else {
+        next->insert(next->end(), entries_->begin(), entries_->end());
+        next->push_back(Entry{id, std::move(hook)});
+      }
       publish(std::move(next));
       if (counter_) counter_->fetch_add(1);
     }

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <type_traits>
 
 #include "modhooks/core/detail/kinds.h"
 #include "modhooks/core/handle.h"
@@ -16,31 +15,34 @@ MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// How many global hooks for modules of kind `M` exist: `call` reads it inline, beside the filter
-/// of hooked modules, to send a module without hooks of any kind straight to `forward`. Defined
-/// in the library (src/dispatch/global.cpp).
-extern std::atomic<std::int64_t> global_nn_hooks_active;
-extern std::atomic<std::int64_t> global_jit_hooks_active;
+/// of hooked modules, to send a module without hooks of any kind straight to `forward`. One
+/// counter per kind, defined in the library (src/dispatch/global.cpp).
+template <class M>
+struct GlobalHooksActive {
+  static std::atomic<std::int64_t> count;
+};
 template <class M>
 std::atomic<std::int64_t>& global_hooks_active() noexcept {
-  if constexpr (std::is_same_v<M, torch::nn::Module>) {
-    return global_nn_hooks_active;
-  } else {
-    return global_jit_hooks_active;
-  }
+  return GlobalHooksActive<M>::count;
 }
 
-/// The tables of `register_module_*` hooks for modules of kind `M` (`torch::nn::Module` or
-/// `torch::jit::Module`), which run for every module of that kind before its own hooks.
+/// The tables of `register_module_*` hooks for modules of kind `M` (see kinds.h), which run for
+/// every module of that kind before its own hooks.
 template <class M>
 const std::shared_ptr<ModuleHooks<M>>& global_hooks();
 
+extern template struct GlobalHooksActive<torch::nn::Module>;
+extern template struct GlobalHooksActive<torch::jit::Module>;
+extern template struct GlobalHooksActive<const aoti::Point>;
 extern template const std::shared_ptr<ModuleHooks<torch::nn::Module>>&
 global_hooks<torch::nn::Module>();
 extern template const std::shared_ptr<ModuleHooks<torch::jit::Module>>&
 global_hooks<torch::jit::Module>();
+extern template const std::shared_ptr<ModuleHooks<const aoti::Point>>&
+global_hooks<const aoti::Point>();
 
-/// What the handle of a global hook points to: removes the id from every global list, nn and
-/// TorchScript alike (a hook taking `auto&` sits in both).
+/// What the handle of a global hook points to: removes the id from every kind's global lists (a
+/// hook taking `auto&` sits in both nn's and TorchScript's).
 const std::shared_ptr<HookTableBase>& global_hook_tables();
 
 }  // namespace detail

@@ -35,5 +35,15 @@ void require_full_calls(const torch::jit::Module& module);
 /// The same for every model, for the rest of the process: a global always-call hook arrived.
 void require_full_calls_everywhere();
 
+/// What registering a forward hook sets up for TorchScript modules beyond the tables (see
+/// register.h): an always-call hook needs full calls.
+inline void forward_hook_added(torch::jit::Module& module, bool always_call) {
+  if (always_call) require_full_calls(module);
+}
+inline void global_hook_added(torch::jit::Module* /*kind*/,
+                              const ForwardHookEntry<torch::jit::Module>& stored) {
+  if (stored.always_call) require_full_calls_everywhere();
+}
+
 }  // namespace detail
 MODHOOKS_END_NAMESPACE

@@ -20,9 +20,10 @@ namespace detail {
 class TensorCopy {
  public:
   virtual ~TensorCopy() = default;
-  /// Called after every check of the load and before its first write, with each (model tensor,
-  /// checkpoint tensor) pair the load will copy: what is left to check (CRC-32s, conversions)
-  /// is checked here, and what it throws fails the load with nothing written.
+  /// Called after every check of the load (those of `copy_`'s failures included) and before its
+  /// first write, with each (model tensor, checkpoint tensor) pair the load will copy: what is
+  /// left to check for this way of copying (CRC-32s) is checked here, and what it throws fails
+  /// the load with nothing written.
   virtual void prepare(const std::vector<std::pair<at::Tensor, at::Tensor>>& copies) = 0;
   /// Writes `source`'s values into `target`, whose shape is the same.
   virtual void copy(const at::Tensor& target, const at::Tensor& source) = 0;

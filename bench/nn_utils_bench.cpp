@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// What the nn utilities cost on a forward (training mode, grad on), each timed in alternation
+// with its baseline in the same run: the layer with modhooks' utility, run through
+// modhooks::call, against a module whose own forward does the same math by hand.
+//   - weight_norm on Linear(256, 256), batch 32, and on Conv1d(64, 64, 3) over 8 x 64 x 128;
+//   - spectral_norm (one power-iteration step per forward) on Linear(256, 256), batch 32.
+// Python's figures for the same layers come from bench/nn_utils_bench.py (run-bench.sh).
+#include <ATen/ATen.h>
+#include <benchmark/benchmark.h>
+#include <torch/nn/functional/conv.h>
+#include <torch/nn/functional/linear.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+
+#include "modhooks/modhooks.h"
+#include "paired.h"
+
+namespace {
+
+namespace F = torch::nn::functional;
+namespace nu = modhooks::nn::utils;
+using modhooks_bench::paired;
+
+constexpr int kBatch = 16;  // forwards per timed batch
+
+/// weight_norm by hand: the weight computed from g and v in forward.
+struct HandWeightNormLinearImpl : torch::nn::Module {
+  explicit HandWeightNormLinearImpl(const torch::nn::Linear& from) {
+    g = register_parameter("weight_g", at::norm_except_dim(from->weight, 2, 0).detach());
+    v = register_parameter("weight_v", from->weight.detach().clone());
+    b = register_parameter("bias", from->bias.detach().clone());
+  }
+  at::Tensor forward(const at::Tensor& x) { return F::linear(x, at::_weight_norm(v, g, 0), b); }
+  at::Tensor g, v, b;
+};
+TORCH_MODULE(HandWeightNormLinear);
+
+struct HandWeightNormConv1dImpl : torch::nn::Module {
+  explicit HandWeightNormConv1dImpl(const torch::nn::Conv1d& from) {
+    g = register_parameter("weight_g", at::norm_except_dim(from->weight, 2, 0).detach());
+    v = register_parameter("weight_v", from->weight.detach().clone());
+    b = register_parameter("bias", from->bias.detach().clone());
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    return F::conv1d(x, at::_weight_norm(v, g, 0), F::Conv1dFuncOptions().bias(b));
+  }
+  at::Tensor g, v, b;
+};
+TORCH_MODULE(HandWeightNormConv1d);
+
+/// spectral_norm by hand: Python's SpectralNorm.compute_weight in forward.
+struct HandSpectralNormLinearImpl : torch::nn::Module {
+  explicit HandSpectralNormLinearImpl(const torch::nn::Linear& from) {
+    w = register_parameter("weight_orig", from->weight.detach().clone());
+    b = register_parameter("bias", from->bias.detach().clone());
+    u = register_buffer("weight_u",
+                        F::normalize(at::randn({w.size(0)}), F::NormalizeFuncOptions().dim(0)));
+    v = register_buffer("weight_v",
+                        F::normalize(at::randn({w.size(1)}), F::NormalizeFuncOptions().dim(0)));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor uu, vv;
+    {
+      at::NoGradGuard no_grad;
+      const at::Tensor tv = at::mv(w.t(), u);
+      at::div_out(v, tv, at::linalg_vector_norm(tv, 2, {0}, true).clamp_min_(1e-12).expand_as(tv));
+      const at::Tensor tu = at::mv(w, v);
+      at::div_out(u, tu, at::linalg_vector_norm(tu, 2, {0}, true).clamp_min_(1e-12).expand_as(tu));
+      uu = u.clone();
+      vv = v.clone();
+    }
+    return F::linear(x, w / at::dot(uu, at::mv(w, vv)), b);
+  }
+  at::Tensor w, b, u, v;
+};
+TORCH_MODULE(HandSpectralNormLinear);
+
+template <class Hand, class Layer>
+void by_hand_vs_utility(benchmark::State& state, Hand hand, Layer layer, const at::Tensor& x) {
+  paired(
+      state, kBatch,
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(hand->forward(x));
+      },
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(layer, x));
+      });
+}
+
+void BM_WeightNormLinear_Utility_vs_ByHand(benchmark::State& state) {
+  torch::nn::Linear layer(256, 256);
+  HandWeightNormLinear hand(layer);
+  nu::weight_norm(layer);
+  by_hand_vs_utility(state, hand, layer, at::randn({32, 256}));
+}
+BENCHMARK(BM_WeightNormLinear_Utility_vs_ByHand);
+
+void BM_WeightNormConv1d_Utility_vs_ByHand(benchmark::State& state) {
+  torch::nn::Conv1d layer(torch::nn::Conv1dOptions(64, 64, 3));
+  HandWeightNormConv1d hand(layer);
+  nu::weight_norm(layer);
+  by_hand_vs_utility(state, hand, layer, at::randn({8, 64, 128}));
+}
+BENCHMARK(BM_WeightNormConv1d_Utility_vs_ByHand);
+
+void BM_SpectralNormLinear_Utility_vs_ByHand(benchmark::State& state) {
+  torch::nn::Linear layer(256, 256);
+  HandSpectralNormLinear hand(layer);
+  nu::spectral_norm(layer);
+  by_hand_vs_utility(state, hand, layer, at::randn({32, 256}));
+}
+BENCHMARK(BM_SpectralNormLinear_Utility_vs_ByHand);
+
+}  // namespace
+
+BENCHMARK_MAIN();

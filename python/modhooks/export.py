@@ -1,0 +1,189 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Exporting a model with hook points at its module boundaries.
+
+``export`` traces the model with ``torch.export.export`` while Python forward hooks on the
+chosen submodules put a hook-point operator on each one's output (and, for ``inputs``, a
+forward pre-hook on its inputs); ``aoti_compile_and_package`` compiles the program with
+AOTInductor and writes the point table into the package's metadata, where the C++ runtime
+(``modhooks::aoti::Model``) reads it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.utils import _pytree as pytree
+
+from . import ABI, _ops
+
+# Metadata keys of a package; the C++ runtime reads the same ones (src/aoti/model.cpp).
+ABI_KEY = "modhooks.abi"
+POINTS_KEY = "modhooks.points"
+
+Selector = Iterable[str] | Callable[[str, torch.nn.Module], bool] | None
+
+
+def _chosen(model: torch.nn.Module, selector: Selector, default_all: bool) -> dict[str, torch.nn.Module]:
+    modules = dict(model.named_modules())
+    if selector is None:
+        return {n: m for n, m in modules.items() if n} if default_all else {}
+    if callable(selector):
+        return {n: m for n, m in modules.items() if selector(n, m)}
+    chosen = {}
+    for name in selector:
+        if name not in modules:
+            raise KeyError(
+                f"modhooks.export: {name!r} is not a submodule of the model "
+                f"(named_modules() has {sorted(n for n in modules if n)})"
+            )
+        chosen[name] = modules[name]
+    return chosen
+
+
+class _Placer:
+    """The hooks that put the points while the model is traced, and what they saw."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.owned = {id(t) for t in model.parameters()} | {id(t) for t in model.buffers()}
+        self.args: dict[str, list[set[int]]] = {}  # ids of each open call's input tensors
+        self.table: dict[str, dict[str, Any]] = {}  # point name -> its metadata, graph order
+        self._token: torch.Tensor | None = None
+
+    def token(self) -> torch.Tensor:
+        """The empty tensor every point writes into, which chains the points in tracing order."""
+        if self._token is None:
+            self._token = torch.empty(0)
+        return self._token
+
+    def entry(self, name: str, module: torch.nn.Module) -> dict[str, Any]:
+        return self.table.setdefault(
+            name, {"name": name, "type": type(module).__name__, "inputs": False, "outputs": False}
+        )
+
+    def remember_args(self, name: str):
+        def pre(module, args, kwargs):
+            leaves = pytree.tree_leaves((args, kwargs))
+            self.args.setdefault(name, []).append({id(t) for t in leaves if isinstance(t, torch.Tensor)})
+
+        return pre
+
+    def input_point(self, name: str):
+        def pre(module, args, kwargs):
+            leaves, spec = pytree.tree_flatten((args, kwargs))
+            at = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor)]
+            if not at:
+                return None
+            self.entry(name, module)["inputs"] = True
+            return self._copying(torch.ops.modhooks.input_point, name, leaves, spec, at)
+
+        return pre
+
+    def output_point(self, name: str):
+        def post(module, args, kwargs, output):
+            opened = self.args[name].pop()
+            leaves, spec = pytree.tree_flatten(output)
+            at = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor)]
+            if not at:
+                return None
+            entry = self.entry(name, module)
+            entry["outputs"] = True
+            entry["single"] = isinstance(output, torch.Tensor)
+            tensors = [leaves[i] for i in at]
+            if all(self._fresh(t, opened) for t in tensors) and len({id(t) for t in tensors}) == len(tensors):
+                torch.ops.modhooks.output_point_(tensors, self.token(), name)
+                return None
+            return self._copying(torch.ops.modhooks.output_point, name, leaves, spec, at)
+
+        return post
+
+    def _copying(self, op, name: str, leaves: list, spec, at: list[int]):
+        """The copying operator `op` on the tensors `leaves[at]`: the structure rebuilt with the
+        new tensors it writes, which the module's caller (or the module) then uses."""
+        copies = [torch.empty_like(leaves[i]) for i in at]
+        op([leaves[i] for i in at], copies, self.token(), name)
+        for i, c in zip(at, copies):
+            leaves[i] = c
+        return pytree.tree_unflatten(leaves, spec)
+
+    def _fresh(self, t: torch.Tensor, inputs: set[int]) -> bool:
+        """Whether writing into `t` changes nothing but the module's output: not one of the
+        call's inputs, not a parameter or buffer, not a view of another tensor."""
+        return id(t) not in inputs and id(t) not in self.owned and t._base is None
+
+
+def export(
+    model: torch.nn.Module,
+    args: tuple,
+    kwargs: dict | None = None,
+    points: Selector = None,
+    inputs: Selector = None,
+    dynamic_shapes: Any = None,
+    strict: bool = False,
+) -> torch.export.ExportedProgram:
+    """``torch.export.export`` with a hook point on the output of every chosen submodule.
+
+    ``points``: module paths as ``named_modules()`` names them, or a predicate
+    ``(name, module) -> bool``; by default every submodule (the root, ``""``, only when named).
+    ``inputs``: modules whose inputs are points too, where pre-hooks run and which forward hooks
+    see as ``args``. Traced under ``torch.no_grad()``: AOTInductor packages are for inference.
+    """
+    outputs = _chosen(model, points, default_all=True)
+    at_inputs = _chosen(model, inputs, default_all=False)
+    placer = _Placer(model)
+    handles = []
+    try:
+        for name, module in at_inputs.items():
+            handles.append(module.register_forward_pre_hook(placer.input_point(name), with_kwargs=True))
+        for name, module in outputs.items():
+            # After the input point, so that an input copied there counts as this call's input.
+            handles.append(module.register_forward_pre_hook(placer.remember_args(name), with_kwargs=True))
+            handles.append(module.register_forward_hook(placer.output_point(name), with_kwargs=True))
+        with torch.no_grad():
+            ep = torch.export.export(
+                model, tuple(args), kwargs, dynamic_shapes=dynamic_shapes, strict=strict
+            )
+    finally:
+        for h in handles:
+            h.remove()
+    ep.graph_module.meta[POINTS_KEY] = _in_graph_order(ep, placer.table)
+    return ep
+
+
+def _in_graph_order(ep: torch.export.ExportedProgram, table: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points the graph holds, in the order its nodes call them (a name traced twice, or a
+    point an export pass dropped, is listed as the graph has it)."""
+    ops = {torch.ops.modhooks.output_point_.default, torch.ops.modhooks.output_point.default,
+           torch.ops.modhooks.input_point.default}
+    order: list[str] = []
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and node.target in ops:
+            name = node.args[-1]
+            if name not in order:
+                order.append(name)
+    return [table[n] for n in order if n in table]
+
+
+def point_table(ep: torch.export.ExportedProgram) -> list[dict[str, Any]]:
+    """The points of a program made by ``export``: name, module type, whether inputs and
+    outputs are points, and whether the output is a single tensor."""
+    return list(ep.graph_module.meta.get(POINTS_KEY, []))
+
+
+def aoti_compile_and_package(
+    ep: torch.export.ExportedProgram,
+    package_path: str | None = None,
+    inductor_configs: dict[str, Any] | None = None,
+) -> str:
+    """``torch._inductor.aoti_compile_and_package``, with the point table and the modhooks ABI
+    in the package's metadata (``aot_inductor.metadata``). A program exported without points
+    compiles too: its package lists none."""
+    configs = dict(inductor_configs or {})
+    metadata = dict(configs.get("aot_inductor.metadata", {}))
+    metadata[ABI_KEY] = ABI
+    metadata[POINTS_KEY] = json.dumps(point_table(ep), separators=(",", ":"))
+    configs["aot_inductor.metadata"] = metadata
+    return torch._inductor.aoti_compile_and_package(
+        ep, package_path=package_path, inductor_configs=configs
+    )

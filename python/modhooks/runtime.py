@@ -1,0 +1,107 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Running a package with hook points from Python, through the same operators the C++ runtime
+serves: hooks registered here fire inside the compiled model. Meant for tests and for checking
+a package before it ships; C++ programs use ``modhooks::aoti::Model``.
+
+A hook sees the point's name where eager Python passes the module, and copies of the tensors
+(the compiled model reuses its buffers, so a hook may keep what it gets).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import torch
+
+from . import ABI, _ops
+from .export import ABI_KEY, POINTS_KEY
+
+
+class _Handle:
+    def __init__(self, hooks: list, entry: Any):
+        self._hooks, self._entry = hooks, entry
+
+    def remove(self) -> None:
+        if self._entry in self._hooks:
+            self._hooks.remove(self._entry)
+
+
+class Package:
+    """An AOTInductor package made by ``modhooks.export.aoti_compile_and_package``."""
+
+    def __init__(self, path: str):
+        self._model = torch._inductor.aoti_load_package(path)
+        metadata = self._model.get_metadata()
+        abi = metadata.get(ABI_KEY)
+        if abi is None:
+            self.table: list[dict[str, Any]] = []
+        elif abi != ABI:
+            raise RuntimeError(
+                f"modhooks: {path} was exported for the modhooks ABI {abi}; this is {ABI}"
+            )
+        else:
+            self.table = json.loads(metadata[POINTS_KEY])
+        self._by_name = {p["name"]: p for p in self.table}
+        self._pre: dict[str, list[Callable]] = {}
+        self._forward: dict[str, list[Callable]] = {}
+        self._args: dict[str, tuple] = {}
+
+    @property
+    def points(self) -> list[str]:
+        return [p["name"] for p in self.table]
+
+    def _point(self, name: str) -> dict[str, Any]:
+        if name not in self._by_name:
+            raise KeyError(f"modhooks: no point {name!r} in this package (it has {self.points})")
+        return self._by_name[name]
+
+    def register_forward_hook(self, name: str, hook: Callable) -> _Handle:
+        """``hook(name, args, output)``; may return a replacement output."""
+        self._point(name)
+        hooks = self._forward.setdefault(name, [])
+        hooks.append(hook)
+        return _Handle(hooks, hook)
+
+    def register_forward_pre_hook(self, name: str, hook: Callable) -> _Handle:
+        """``hook(name, args)``; may return replacement args (a tuple of tensors)."""
+        self._point(name)
+        hooks = self._pre.setdefault(name, [])
+        hooks.append(hook)
+        return _Handle(hooks, hook)
+
+    def __call__(self, *args, **kwargs):
+        previous = getattr(_ops.current, "runner", None)
+        _ops.current.runner = self
+        try:
+            return self._model(*args, **kwargs)
+        finally:
+            _ops.current.runner = previous
+            self._args.clear()
+
+    def fire_input(self, name: str, xs: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        args = tuple(x.clone() for x in xs)
+        replaced = None
+        for hook in list(self._pre.get(name, ())):
+            result = hook(name, args)
+            if result is not None:
+                args = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+                replaced = list(args)
+        self._args[name] = tuple(a.clone() for a in args)
+        return replaced
+
+    def fire_output(self, name: str, xs: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        hooks = list(self._forward.get(name, ()))
+        if not hooks:
+            return None
+        single = self._by_name.get(name, {}).get("single", len(xs) == 1)
+        output: Any = xs[0].clone() if single else tuple(x.clone() for x in xs)
+        args = self._args.get(name, ())
+        replaced = False
+        for hook in hooks:
+            result = hook(name, args, output)
+            if result is not None:
+                output, replaced = result, True
+        if not replaced:
+            return None
+        return [output] if single else list(output)

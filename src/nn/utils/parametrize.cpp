@@ -1,0 +1,386 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#include "modhooks/nn/utils/parametrize.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/container/moduledict.h>
+
+#include <unordered_map>
+
+#include "attributes.h"
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace nn::utils::parametrize {
+namespace {
+
+using modhooks::detail::fail;
+using utils::detail::Applied;
+using utils::detail::shape_text;
+
+/// Python's `torch.float32`.
+std::string dtype_text(const at::Tensor& tensor) {
+  switch (tensor.scalar_type()) {
+    case at::kFloat:
+      return "torch.float32";
+    case at::kDouble:
+      return "torch.float64";
+    case at::kHalf:
+      return "torch.float16";
+    case at::kBFloat16:
+      return "torch.bfloat16";
+    case at::kLong:
+      return "torch.int64";
+    case at::kInt:
+      return "torch.int32";
+    case at::kShort:
+      return "torch.int16";
+    case at::kChar:
+      return "torch.int8";
+    case at::kByte:
+      return "torch.uint8";
+    case at::kBool:
+      return "torch.bool";
+    case at::kComplexFloat:
+      return "torch.complex64";
+    case at::kComplexDouble:
+      return "torch.complex128";
+    default:
+      return std::string("torch.") + c10::toString(tensor.scalar_type());
+  }
+}
+
+/// Python's `_maybe_set(dest, src)` (without tensor swapping): `dest.set_(src)` under no_grad.
+void set_data(const at::Tensor& dest, const at::Tensor& src) {
+  at::NoGradGuard no_grad;
+  dest.set_(src);
+}
+
+/// The thread's `parametrize.cached()` state: how many `Cached` live, and what they hold.
+struct Cache {
+  int enabled = 0;
+  std::unordered_map<const void*, at::Tensor> tensors;
+};
+thread_local Cache cache;
+
+/// A parametrized tensor of a module: its attribute is `parametrizations.<name>()`.
+struct Parametrized final : Applied {
+  Parametrized(std::string tensor_name, std::shared_ptr<ParametrizationListImpl> parametrizations)
+      : Applied(std::move(tensor_name)), list(std::move(parametrizations)) {}
+  at::Tensor compute(torch::nn::Module&) override {
+    if (!cache.enabled) return list->forward();
+    auto [slot, inserted] = cache.tensors.try_emplace(this);
+    if (inserted) {
+      try {
+        slot->second = list->forward();
+      } catch (...) {
+        cache.tensors.erase(slot);
+        throw;
+      }
+    }
+    return slot->second;
+  }
+  std::shared_ptr<ParametrizationListImpl> list;
+};
+
+std::string class_name(const torch::nn::Module& module) {
+  return modhooks::detail::python_class_name(module);
+}
+
+}  // namespace
+
+ParametrizationListImpl::ParametrizationListImpl(Parametrization first, const at::Tensor& original,
+                                                 bool original_is_parameter, bool is_unsafe)
+    : torch::nn::Module("ParametrizationList"), unsafe(is_unsafe) {
+  std::vector<at::Tensor> news{original};
+  if (first.right_inverse) {
+    at::NoGradGuard no_grad;
+    news = first.right_inverse(original);
+  }
+  is_tensor_ = !first.right_inverse_is_sequence;
+  ntensors_ = news.size();
+  if (is_tensor_) {
+    const at::Tensor& value = news.at(0);
+    if (value.scalar_type() != original.scalar_type()) {
+      fail<ValueError>("nn.utils.parametrize.dtype",
+                       "When `right_inverse` outputs one tensor, it may not change the dtype.\n"
+                       "original.dtype: " +
+                           dtype_text(original) +
+                           "\nright_inverse(original).dtype: " + dtype_text(value));
+    }
+    if (value.device() != original.device()) {
+      fail<ValueError>("nn.utils.parametrize.device",
+                       "When `right_inverse` outputs one tensor, it may not change the device.\n"
+                       "original.device: " +
+                           original.device().str() +
+                           "\nright_inverse(original).device: " + value.device().str());
+    }
+    // Python keeps the original Parameter object, set to the right inverse's value. Here it is a
+    // new TensorImpl on the original's storage: the module's member becomes the parametrized
+    // tensor.
+    at::Tensor kept = utils::detail::same_parameter(original);
+    if (first.right_inverse) set_data(kept, value);
+    if (original_is_parameter) {
+      register_parameter("original", kept, kept.requires_grad());
+    } else {
+      register_buffer("original", kept);
+    }
+  } else {
+    for (std::size_t i = 0; i < news.size(); ++i) {
+      at::Tensor item = news[i].detach();
+      const std::string key = "original" + std::to_string(i);
+      if (original_is_parameter) {
+        register_parameter(key, item, original.requires_grad());
+      } else {
+        item.set_requires_grad(original.requires_grad());
+        register_buffer(key, item);
+      }
+    }
+  }
+  append(std::move(first));
+}
+
+std::vector<at::Tensor> ParametrizationListImpl::originals() {
+  // Looked up by name at each use, as Python does: a load with `assign` may replace them.
+  auto lookup = [this](const std::string& key) {
+    if (const at::Tensor* found = utils::detail::parameters_of(*this).find(key)) return *found;
+    return utils::detail::buffers_of(*this)[key];
+  };
+  if (is_tensor_) return {lookup("original")};
+  std::vector<at::Tensor> out;
+  out.reserve(ntensors_);
+  for (std::size_t i = 0; i < ntensors_; ++i) out.push_back(lookup("original" + std::to_string(i)));
+  return out;
+}
+
+at::Tensor ParametrizationListImpl::forward() {
+  at::Tensor x = items_.at(0).forward(originals());
+  for (std::size_t i = 1; i < items_.size(); ++i) x = items_[i].forward({x});
+  return x;
+}
+
+void ParametrizationListImpl::right_inverse(const at::Tensor& value) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> values{value};
+  for (std::size_t i = items_.size(); i-- > 0;) {
+    const Parametrization& item = items_[i];
+    if (!item.right_inverse) {
+      fail<RuntimeError>(
+          "nn.utils.parametrize.no_right_inverse",
+          "parametrization " + class_name(*item.module) + " does not implement right_inverse.");
+    }
+    if (values.size() != 1) {
+      fail<ValueError>("nn.utils.parametrize.right_inverse",
+                       "'right_inverse' of " + class_name(*items_[i + 1].module) +
+                           " must return a tensor before another parametrization");
+    }
+    values = item.right_inverse(values[0]);
+  }
+  const std::vector<at::Tensor> targets = originals();
+  if (values.size() != targets.size()) {
+    fail<ValueError>("nn.utils.parametrize.right_inverse",
+                     "'right_inverse' must return a sequence of tensors of length " +
+                         std::to_string(targets.size()) + ". Got a sequence of length " +
+                         std::to_string(values.size()) + ".");
+  }
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    if (values[i].scalar_type() != targets[i].scalar_type()) {
+      const std::string which =
+          is_tensor_ ? "The tensor returned by `right_inverse` has dtype "
+                     : "Tensor " + std::to_string(i) + " returned by `right_inverse` has dtype ";
+      fail<ValueError>("nn.utils.parametrize.dtype", which + dtype_text(values[i]) +
+                                                         " while `original" +
+                                                         (is_tensor_ ? "" : std::to_string(i)) +
+                                                         "` has dtype " + dtype_text(targets[i]));
+    }
+  }
+  for (std::size_t i = 0; i < targets.size(); ++i) set_data(targets[i], values[i]);
+}
+
+void ParametrizationListImpl::append(Parametrization parametrization) {
+  register_module(std::to_string(items_.size()), parametrization.module);
+  items_.push_back(std::move(parametrization));
+}
+
+Cached::Cached() { ++cache.enabled; }
+
+Cached::~Cached() {
+  if (--cache.enabled == 0) cache.tensors.clear();
+}
+
+namespace {
+
+/// Python's checks of a parametrization stacked on `module.<name>` (`y`), whose value is `x`.
+void check_stacked(const std::string& name, const Parametrization& parametrization,
+                   const at::Tensor& y, const at::Tensor& x) {
+  if (x.scalar_type() != y.scalar_type()) {
+    fail<ValueError>("nn.utils.parametrize.dtype",
+                     "Registering a parametrization may not change the dtype of the tensor, "
+                     "unless the `unsafe` flag is enabled.\nmodule." +
+                         name + ".dtype: " + dtype_text(y) + "\nparametrization(module." + name +
+                         ").dtype: " + dtype_text(x));
+  }
+  if (!x.sizes().equals(y.sizes())) {
+    fail<ValueError>("nn.utils.parametrize.shape",
+                     "Registering a parametrization may not change the shape of the tensor, "
+                     "unless the `unsafe` flag is enabled.\nmodule." +
+                         name + ".shape: " + shape_text(y) + "\nparametrization(module." + name +
+                         ").shape: " + shape_text(x));
+  }
+  if (parametrization.right_inverse) {
+    const std::vector<at::Tensor> z = parametrization.right_inverse(x);
+    if (parametrization.right_inverse_is_sequence || z.size() != 1) {
+      fail<ValueError>("nn.utils.parametrize.right_inverse",
+                       "parametrization.right_inverse must return a tensor. Got: tuple");
+    }
+    if (z[0].scalar_type() != y.scalar_type()) {
+      fail<ValueError>("nn.utils.parametrize.dtype",
+                       "The tensor returned by parametrization.right_inverse must have the "
+                       "same dtype as module." +
+                           name + ", unless the `unsafe` flag is enabled.\nmodule." + name +
+                           ".dtype: " + dtype_text(y) + "\nreturned dtype: " + dtype_text(z[0]));
+    }
+    if (!z[0].sizes().equals(y.sizes())) {
+      fail<ValueError>("nn.utils.parametrize.shape",
+                       "The tensor returned by parametrization.right_inverse must have the "
+                       "same shape as module." +
+                           name + ", unless the `unsafe` flag is enabled.\nmodule." + name +
+                           ".shape: " + shape_text(y) + "\nreturned shape: " + shape_text(z[0]));
+    }
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void register_parametrization(torch::nn::Module& module, const std::string& name,
+                              Parametrization parametrization, bool unsafe) {
+  namespace ud = utils::detail;
+  parametrization.module->train(module.is_training());
+  auto utilities = ud::utilities_for(module);
+  if (auto applied = ud::find_applied<Parametrized>(module, name)) {
+    // The new value is computed before anything changes, unsafe or not: the member forward
+    // reads must hold it (Python computes it at the next access instead).
+    const at::Tensor y = applied->list->forward();
+    const at::Tensor x = parametrization.forward({y});
+    if (!unsafe) check_stacked(name, parametrization, y, x);
+    applied->list->append(std::move(parametrization));
+    applied->list->unsafe = applied->list->unsafe || unsafe;
+    Applied::rebind(applied->attribute, x);
+    return;
+  }
+  const bool is_parameter = ud::parameters_of(module).contains(name);
+  if (!is_parameter && !ud::buffers_of(module).contains(name)) {
+    fail<ValueError>("nn.utils.parametrize.no_tensor",
+                     "Module '" + ud::module_repr(module) +
+                         "' does not have a parameter, a buffer, or a parametrized element with "
+                         "name '" +
+                         name + "'");
+  }
+  const at::Tensor original =
+      is_parameter ? ud::parameters_of(module)[name] : ud::buffers_of(module)[name];
+  auto list = std::make_shared<ParametrizationListImpl>(std::move(parametrization), original,
+                                                        is_parameter, unsafe);
+  const at::Tensor first = list->forward();  // what the member holds until the next forward
+  if (!unsafe) {
+    if (first.scalar_type() != original.scalar_type()) {
+      fail<ValueError>("nn.utils.parametrize.dtype",
+                       "Registering a parametrization may not change the dtype of the tensor, "
+                       "unless `unsafe` flag is enabled.\nunparametrized dtype: " +
+                           dtype_text(original) + "\nparametrized dtype: " + dtype_text(first));
+    }
+    if (!first.sizes().equals(original.sizes())) {
+      fail<ValueError>("nn.utils.parametrize.shape",
+                       "Registering a parametrization may not change the shape of the tensor, "
+                       "unless `unsafe` flag is enabled.\nunparametrized shape: " +
+                           shape_text(original) + "\nparametrized shape: " + shape_text(first));
+    }
+  }
+  // Checked: from here on the module changes.
+  auto applied = std::make_shared<Parametrized>(name, list);
+  applied->attribute =
+      is_parameter ? ud::take_parameter(module, name) : ud::take_buffer(module, name);
+  torch::nn::ModuleDict dict{nullptr};
+  for (const auto& child : module.named_children()) {
+    if (child.key() == "parametrizations") {
+      dict = torch::nn::ModuleDict(
+          std::dynamic_pointer_cast<torch::nn::ModuleDictImpl>(child.value()));
+    }
+  }
+  if (dict.is_empty()) dict = module.register_module("parametrizations", torch::nn::ModuleDict());
+  dict->update(
+      std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>{{name, list}});
+  Applied::rebind(applied->attribute, first);
+  applied->handles.push_back(ud::recompute_before_forward(module, applied));
+  utilities->applied.push_back(applied);
+}
+
+bool is_parametrized(const torch::nn::Module& module, const std::optional<std::string>& name) {
+  if (auto utilities = utils::detail::find_utilities(module)) {
+    for (const auto& applied : utilities->applied) {
+      if (std::dynamic_pointer_cast<Parametrized>(applied) && (!name || applied->name == *name))
+        return true;
+    }
+  }
+  return false;
+}
+
+std::shared_ptr<ParametrizationListImpl> parametrizations(const torch::nn::Module& module,
+                                                          const std::string& name) {
+  auto applied = utils::detail::find_applied<Parametrized>(module, name);
+  return applied ? applied->list : nullptr;
+}
+
+void remove_parametrizations(torch::nn::Module& module, const std::string& name,
+                             bool leave_parametrized) {
+  namespace ud = utils::detail;
+  auto applied = ud::find_applied<Parametrized>(module, name);
+  if (!applied) {
+    fail<ValueError>(
+        "nn.utils.parametrize.not_parametrized",
+        "Module " + ud::module_repr(module) + " does not have a parametrization on " + name);
+  }
+  ParametrizationListImpl& list = *applied->list;
+  at::Tensor value;
+  bool requires_grad = false;
+  bool as_parameter = true;
+  if (list.is_tensor()) {
+    const bool original_is_parameter = list.named_parameters(false).contains("original");
+    const at::Tensor original = original_is_parameter ? list.named_parameters(false)["original"]
+                                                      : list.named_buffers(false)["original"];
+    if (leave_parametrized) {
+      at::NoGradGuard no_grad;
+      set_data(original, list.forward());
+    }
+    value = original;
+    requires_grad = original.requires_grad();
+    as_parameter = original_is_parameter;
+  } else if (leave_parametrized) {
+    value = list.forward();
+    requires_grad = value.requires_grad();
+    as_parameter = requires_grad;
+  } else {
+    fail<ValueError>("nn.utils.parametrize.sequence",
+                     "Cannot leave unparametrized (`leave_parametrized=False`) a tensor that is "
+                     "parametrized in terms of a sequence of tensors.");
+  }
+  ud::uninstall(module, applied);
+  for (const auto& child : module.named_children()) {
+    if (child.key() != "parametrizations") continue;
+    if (auto dict = std::dynamic_pointer_cast<torch::nn::ModuleDictImpl>(child.value())) {
+      dict->pop(name);
+      dict->unregister_module(name);
+      if (dict->empty()) module.unregister_module("parametrizations");
+    }
+  }
+  ud::make_leaf(applied->attribute, value, requires_grad && as_parameter);
+  if (as_parameter) {
+    module.register_parameter(name, applied->attribute, requires_grad);
+  } else {
+    module.register_buffer(name, applied->attribute);
+  }
+}
+
+}  // namespace detail
+}  // namespace nn::utils::parametrize
+MODHOOKS_END_NAMESPACE

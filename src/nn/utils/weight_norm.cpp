@@ -1,0 +1,61 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#include "modhooks/nn/utils/weight_norm.h"
+
+#include <ATen/ATen.h>
+
+#include "attributes.h"
+#include "modhooks/core/error.h"
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace nn::utils::detail {
+namespace {
+
+/// Python's `WeightNorm` hook object.
+struct WeightNorm final : Applied {
+  WeightNorm(std::string tensor_name, std::int64_t norm_dim)
+      : Applied(std::move(tensor_name)), g_key(name + "_g"), v_key(name + "_v"), dim(norm_dim) {}
+  at::Tensor compute(torch::nn::Module& module) override {
+    TensorDict& parameters = parameters_of(module);
+    return at::_weight_norm(parameters[v_key], parameters[g_key], dim);
+  }
+  std::string g_key, v_key;  // looked up at each forward, as Python's getattr does
+  std::int64_t dim;
+};
+
+}  // namespace
+
+void weight_norm(torch::nn::Module& module, const std::string& name,
+                 std::optional<std::int64_t> dim) {
+  if (find_applied<WeightNorm>(module, name)) {
+    modhooks::detail::fail<RuntimeError>(
+        "nn.utils.weight_norm.twice",
+        "Cannot register two weight_norm hooks on the same parameter " + name);
+  }
+  auto utilities = utilities_for(module);
+  const at::Tensor weight = get_tensor(module, name);
+  auto applied = std::make_shared<WeightNorm>(name, dim.value_or(-1));
+  const at::Tensor g = new_parameter(at::norm_except_dim(weight, 2, applied->dim));
+  applied->attribute = take_parameter(module, name);
+  module.register_parameter(name + "_g", g);
+  module.register_parameter(name + "_v", new_parameter(weight));
+  install(module, *utilities, applied);
+}
+
+void remove_weight_norm(torch::nn::Module& module, const std::string& name) {
+  auto applied = find_applied<WeightNorm>(module, name);
+  if (!applied) {
+    modhooks::detail::fail<ValueError>(
+        "nn.utils.weight_norm.not_found",
+        "weight_norm of '" + name + "' not found in " + module_repr(module));
+  }
+  const at::Tensor weight = applied->compute(module);
+  uninstall(module, applied);
+  parameters_of(module).erase(name + "_g");
+  parameters_of(module).erase(name + "_v");
+  make_leaf(applied->attribute, weight, /*requires_grad=*/true);
+  module.register_parameter(name, applied->attribute);
+}
+
+}  // namespace nn::utils::detail
+MODHOOKS_END_NAMESPACE

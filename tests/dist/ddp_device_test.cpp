@@ -1,0 +1,115 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+//
+// DistributedDataParallel in a world of one process, over Gloo (CPU tensors) and over NCCL (CUDA
+// tensors, where there is a GPU: NCCL refuses two ranks on one device). With one rank the
+// averaged gradient is the rank's own, so DDP must train exactly as the bare model does; a comm
+// hook that counts its buckets and all-reduces them through the group shows the gradients went
+// through the backend.
+#include <gtest/gtest.h>
+#include <modhooks/dist.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace dist = modhooks::dist;
+
+namespace {
+
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(16, 64))),
+        fc2(register_module("fc2", torch::nn::Linear(64, 64))),
+        fc3(register_module("fc3", torch::nn::Linear(64, 4))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor h = torch::relu(modhooks::call(fc1, x));
+    h = torch::relu(modhooks::call(fc2, h));
+    return modhooks::call(fc3, h);
+  }
+  torch::nn::Linear fc1, fc2, fc3;
+};
+TORCH_MODULE(Net);
+
+class DdpWorldOfOne : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (backend() == "nccl") {
+      if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+      if (!dist::is_nccl_available()) GTEST_SKIP() << "NCCL is not compiled into modhooks::dist";
+    }
+    store_ = std::filesystem::temp_directory_path() /
+             ("modhooks_ddp_device_" + backend() + "_" + std::to_string(::getpid()));
+    std::filesystem::remove(store_);
+    dist::init_process_group(dist::InitOptions()
+                                 .backend(backend())
+                                 .init_method("file://" + store_.string())
+                                 .rank(0)
+                                 .world_size(1)
+                                 .timeout(std::chrono::milliseconds(120000)));
+  }
+  void TearDown() override {
+    dist::destroy_process_group();
+    std::filesystem::remove(store_);
+  }
+  std::string backend() const { return GetParam(); }
+  at::Device device() const {
+    return backend() == "nccl" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  }
+  std::filesystem::path store_;
+};
+
+TEST_P(DdpWorldOfOne, TrainsAsTheBareModelWithItsGradientsThroughTheBackend) {
+  EXPECT_EQ(dist::get_world_size(), 1);
+  torch::manual_seed(7);
+  Net net;
+  Net bare;
+  modhooks::load_state_dict(bare, modhooks::state_dict(net));
+  net->to(device());
+  bare->to(device());
+
+  // 0.01 MB buckets: after the first step (one bucket, as in Python) several a step.
+  dist::DistributedDataParallel ddp(net, dist::DDPOptions().bucket_cap_mb(0.01));
+  auto group = ddp.process_group();
+  int buckets = 0;
+  ddp.register_comm_hook([group, &buckets](c10d::GradBucket& bucket) {
+    ++buckets;
+    std::vector<at::Tensor> tensors{bucket.getBufferRef().div_(group->getSize())};
+    return group->allreduce(tensors)->getFuture();
+  });
+
+  torch::optim::SGD ddp_opt(ddp.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  torch::optim::SGD bare_opt(bare->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  constexpr int kSteps = 4;
+  for (int step = 0; step < kSteps; ++step) {
+    const at::Tensor x = torch::randn({8, 16}).to(device());
+    const at::Tensor y = torch::randn({8, 4}).to(device());
+    ddp_opt.zero_grad();
+    (ddp(x) - y).pow(2).mean().backward();
+    ddp_opt.step();
+    bare_opt.zero_grad();
+    (bare->forward(x) - y).pow(2).mean().backward();
+    EXPECT_GT(bare->fc1->weight.grad().abs().sum().item<double>(), 0.0);
+    bare_opt.step();
+  }
+  EXPECT_GE(buckets, kSteps) << "the comm hook saw " << buckets << " buckets in " << kSteps
+                             << " steps";
+  // The state dict's names carry DDP's "module." prefix.
+  const modhooks::StateDict trained = modhooks::state_dict(ddp);
+  for (const auto& [key, value] : modhooks::state_dict(bare)) {
+    ASSERT_TRUE(trained.contains("module." + key)) << key;
+    const at::Tensor ours = trained.find("module." + key)->second;
+    EXPECT_EQ(ours.device(), device()) << key;
+    EXPECT_TRUE(torch::allclose(ours, value, /*rtol=*/1e-5, /*atol=*/1e-6))
+        << key << ": differs from the bare model by " << (ours - value).abs().max().item<double>();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DdpWorldOfOne, ::testing::Values("gloo", "nccl"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace

@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The Python side of hook points: which operator modhooks.export puts where, its errors, and the
+packages tests/python/aoti_packages.py wrote run from Python (modhooks.runtime) against eager.
+
+Usage: aoti_python_check.py <packages folder>. Exits non-zero on the first failed check.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import torch
+from safetensors.torch import load_file
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import modhooks  # noqa: E402
+import modhooks.export as mhx  # noqa: E402
+from aoti_packages import Branchy  # noqa: E402
+from modhooks.runtime import Package  # noqa: E402
+
+
+def ops_by_point(ep) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and str(node.target).startswith("modhooks."):
+            found.setdefault(node.args[-1], set()).add(node.target.__name__.split(".")[0])
+    return found
+
+
+def check_operator_choice() -> None:
+    torch.manual_seed(0)
+    ep = mhx.export(Branchy().eval(), (torch.randn(4, 8),), inputs=["a"])
+    ops = ops_by_point(ep)
+    # Identity returns its input and Flatten a view: writing in place would write into them.
+    assert ops["id"] == {"output_point"}, ops
+    assert ops["flat"] == {"output_point"}, ops
+    for fresh in ("b", "relu", "two", "head"):
+        assert ops[fresh] == {"output_point_"}, (fresh, ops)
+    assert ops["a"] == {"input_point", "output_point_"}, ops
+    table = {p["name"]: p for p in mhx.point_table(ep)}
+    assert table["two"]["single"] is False and table["a"]["inputs"] is True, table
+    assert [p["name"] for p in mhx.point_table(ep)] == ["id", "a", "relu", "b", "two", "flat", "head"]
+
+
+def check_selection() -> None:
+    model = Branchy().eval()
+    x = torch.randn(4, 8)
+    ep = mhx.export(model, (x,), points=lambda name, m: isinstance(m, torch.nn.Linear))
+    assert [p["name"] for p in mhx.point_table(ep)] == ["a", "b", "head"]
+    ep = mhx.export(model, (x,), points=[])
+    assert mhx.point_table(ep) == [] and not ops_by_point(ep)
+    try:
+        mhx.export(model, (x,), points=["c"])
+    except KeyError as e:
+        assert "'c' is not a submodule" in str(e), e
+    else:
+        raise AssertionError("an unknown module name must raise KeyError")
+    # No hooks are left on the model.
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def check_python_runtime(folder: pathlib.Path) -> None:
+    info = json.loads((folder / "branchy.json").read_text())
+    record = load_file(str(folder / "branchy.safetensors"))
+    package = Package(str(folder / "branchy.pt2"))
+    assert package.points == [p["name"] for p in info["points"]]
+    fired = []
+    handles = [package.register_forward_hook(n, lambda n, a, o: fired.append((n, o)))
+               for n in package.points]
+    out = package(record["input.0"])
+    assert [n for n, _ in fired] == info["runs"][0]["order"], fired
+    for i, (_, o) in enumerate(fired):
+        got = o if isinstance(o, tuple) else (o,)
+        for k, t in enumerate(got):
+            assert torch.allclose(t, record[f"fire.{i}.{k}"], atol=1e-4), (i, k)
+    for h in handles:
+        h.remove()
+    package.register_forward_hook(info["replace"], lambda n, a, o: o * 2)
+    out = package(record["input.0"])
+    for j, t in enumerate(out):
+        assert torch.allclose(t, record[f"replaced.{j}"], atol=1e-4), j
+    try:
+        Package(str(folder / "other_abi.pt2"))
+    except RuntimeError as e:
+        assert f"ABI 9.9; this is {modhooks.ABI}" in str(e), e
+    else:
+        raise AssertionError("a package of another ABI must be refused")
+
+
+def main() -> None:
+    folder = pathlib.Path(sys.argv[1])
+    check_operator_choice()
+    check_selection()
+    check_python_runtime(folder)
+    print("aoti_python_check: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
