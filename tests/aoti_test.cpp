@@ -299,6 +299,51 @@ TEST(AotiKeep, KeptOutputsStayValidAfterTheModelReusesItsBuffers) {
   }
 }
 
+/// Hooks that hold what they are shown only weakly, or change it, and drop it: a later firing
+/// must show its own values, sizes and strides all the same, and the weak references must find
+/// the tensors dead after the run, as any tensor that no one kept. One run for each of the
+/// four, since a tensor that one firing dropped is the next firing's.
+TEST(AotiKeep, WhatAHookDidToATensorItDroppedIsGoneAtTheNextPoint) {
+  Case c("resnet18");
+  modhooks::aoti::Model net(c.path);
+  const auto order = c.order();
+  for (int what = 0; what < 4; ++what) {
+    SCOPED_TRACE("case " + std::to_string(what));
+    std::vector<Firing> log;
+    std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> weak;
+    std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> weak_storages;
+    std::vector<modhooks::ScopedHandle> handles;  // removed before what they capture goes
+    for (const auto& name : net.points()) {
+      handles.emplace_back(modhooks::register_forward_hook(
+          net.point(name), [&](const modhooks::aoti::Point&, const std::vector<c10::IValue>&,
+                               const c10::IValue& out) {
+            at::Tensor t = leaves(out)[0];
+            if (what == 0) weak.emplace_back(t.getIntrusivePtr());
+            if (what == 1) weak_storages.push_back(t.storage().getWeakStorageImpl());
+            if (what == 2) t._set_neg(true);
+            if (what == 3) t.unsqueeze_(0).transpose_(0, 1);
+          }));
+      // Prepended: each point's record is taken before the hook above changes its tensor.
+      handles.emplace_back(modhooks::register_forward_hook(
+          net.point(name),
+          [&log](const modhooks::aoti::Point& p, const std::vector<c10::IValue>&,
+                 const c10::IValue& out) {
+            log.push_back({p.name(), {leaves(out)[0].clone()}});
+          },
+          modhooks::ForwardHookOptions().prepend(true)));
+    }
+    net.run(c.inputs());
+    ASSERT_EQ(log.size(), order.size());
+    for (std::size_t n = 0; n < log.size(); ++n) {
+      ASSERT_EQ(log[n].name, order[n]);
+      expect_close(log[n].tensors, c.fired(static_cast<int>(n)),
+                   "firing " + std::to_string(n) + " (" + order[n] + ")");
+    }
+    for (const auto& w : weak) EXPECT_TRUE(w.expired());
+    for (const auto& w : weak_storages) EXPECT_TRUE(w.expired());
+  }
+}
+
 TEST(AotiHooks, PrependOrderHandlesAndGlobalHooks) {
   modhooks::aoti::Model net(package("branchy.pt2"));
   std::vector<std::string> log;

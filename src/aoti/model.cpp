@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/TensorImpl.h>
+#include <c10/util/SmallVector.h>
+#include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/library.h>
 
@@ -103,39 +105,81 @@ std::string describe(const at::Tensor& t) {
   return std::string(c10::toString(t.scalar_type())) + "[" + sizes + "] on " + t.device().str();
 }
 
+/// The tensors shown at one point (its outputs or its inputs): one or a few.
+using Shown = c10::SmallVector<at::Tensor, 4>;
+
+/// The aliases of earlier firings on this thread that no hook kept: making a storage and a
+/// tensor object for each shown tensor is most of what a firing costs, so `shown_alias` points
+/// one of these at the new memory instead. Bounded: a thread keeps at most this many.
+thread_local std::vector<at::Tensor> spare_aliases;
+constexpr std::size_t kMaxSpareAliases = 64;
+
+/// Whether nothing but `alias` itself owns it or its storage, strongly or weakly, and no hook
+/// gave it autograd state: what a hook did to it is then gone with the firing.
+bool unshared(const at::Tensor& alias) {
+  const c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
+  const c10::Storage& storage = impl->storage();
+  if (alias.use_count() != 1 || alias.weak_use_count() != 1 || storage.use_count() != 1 ||
+      impl->autograd_meta() != nullptr) {
+    return false;
+  }
+  // Its weak count, read as c10::raw::intrusive_ptr::use_count reads a strong one: through an
+  // intrusive_ptr that neither takes a reference nor drops one.
+  auto owner = c10::intrusive_ptr<c10::StorageImpl>::reclaim(storage.unsafeGetStorageImpl());
+  const bool weakly_unshared = owner.weak_use_count() == 1;
+  owner.release();
+  return weakly_unshared;
+}
+
 /// A tensor over `x`'s memory with a storage object of its own, which is what hooks see: the
 /// compiled model reuses its buffers once a value is dead, so a hook that keeps what it got
 /// (Python users do: `acts[name] = output`) would find other values there later. `keep_valid`
 /// swaps the memory of this storage for a copy where a hook kept the tensor or a view of it;
-/// where none did, nothing is copied.
+/// where none did, nothing is copied and the alias goes back to `spare_aliases`.
 at::Tensor shown_alias(const at::Tensor& x) {
-  c10::Storage storage(c10::Storage::use_byte_size_t(), x.storage().nbytes(),
-                       c10::DataPtr(x.storage().mutable_data(), x.device()),
+  const c10::Storage& memory = x.storage();
+  c10::DataPtr data(memory.mutable_data(), x.device());
+  if (!spare_aliases.empty()) {
+    at::Tensor alias = std::move(spare_aliases.back());
+    spare_aliases.pop_back();
+    if (alias.key_set() == x.key_set() && alias.dtype() == x.dtype()) {
+      c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
+      impl->storage().unsafeGetStorageImpl()->UniqueStorageShareExternalPointer(std::move(data),
+                                                                                memory.nbytes());
+      impl->set_sizes_and_strides(x.sizes(), x.strides(), x.storage_offset());
+      return alias;
+    }
+  }
+  c10::Storage storage(c10::Storage::use_byte_size_t(), memory.nbytes(), std::move(data),
                        /*allocator=*/nullptr, /*resizable=*/false);
   auto alias = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), x.key_set(), x.dtype());
   alias.unsafeGetTensorImpl()->set_sizes_and_strides(x.sizes(), x.strides(), x.storage_offset());
   return alias;
 }
 
-std::vector<at::Tensor> shown_aliases(at::TensorList xs) {
-  std::vector<at::Tensor> shown;
-  shown.reserve(xs.size());
+Shown shown_aliases(at::TensorList xs) {
+  Shown shown;
   for (const auto& x : xs) shown.push_back(shown_alias(x));
   return shown;
 }
 
 /// Gives each alias in `shown` that a hook kept (another owner of it or of its storage exists
-/// once the hooks' values are gone) a copy of the memory of the tensor it shows, `xs[i]`.
-void keep_valid(std::vector<at::Tensor>& shown, at::TensorList xs) {
+/// once the hooks' values are gone) a copy of the memory of the tensor it shows, `xs[i]`; the
+/// others go back to `spare_aliases`.
+void keep_valid(Shown& shown, at::TensorList xs) {
   for (std::size_t i = 0; i < shown.size(); ++i) {
-    const at::Tensor& alias = shown[i];
-    if (alias.use_count() == 1 && alias.storage().use_count() == 1) continue;
-    const auto nbytes = static_cast<std::int64_t>(alias.storage().nbytes());
+    at::Tensor& alias = shown[i];
+    if (unshared(alias)) {
+      if (spare_aliases.size() < kMaxSpareAliases) spare_aliases.push_back(std::move(alias));
+      continue;
+    }
+    const c10::Storage& storage = alias.unsafeGetTensorImpl()->storage();
+    const auto nbytes = static_cast<std::int64_t>(storage.nbytes());
     auto bytes = at::TensorOptions().dtype(at::kByte).device(alias.device());
     at::Tensor copy = at::empty({nbytes}, bytes);
     copy.copy_(at::empty({0}, bytes).set_(xs[i].storage(), 0, {nbytes}, {1}));
-    c10::DataPtr memory = copy.storage().unsafeGetStorageImpl()->set_data_ptr(c10::DataPtr());
-    alias.storage().unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(memory));
+    c10::DataPtr data = copy.storage().unsafeGetStorageImpl()->set_data_ptr(c10::DataPtr());
+    storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(data));
   }
 }
 
@@ -235,15 +279,15 @@ decltype(auto) recording_errors(Run* run, F&& body) {
 template <class Write>
 void fire_output(Run& run, const aoti::Point& point, at::TensorList xs, Write&& write) {
   Dispatch<const aoti::Point> dispatch(global_point_hooks(), hooks_for(point).get());
-  std::vector<at::Tensor> shown = shown_aliases(xs);
+  Shown shown = shown_aliases(xs);
   std::optional<std::vector<at::Tensor>> replaced;
   {
     std::vector<c10::IValue> args;
     if (auto& saved = run.args[point.index()]) args = std::move(*saved);
-    ShownValue output(point.single_output()
-                          ? c10::IValue(shown[0])
-                          : c10::IValue(c10::ivalue::Tuple::create(
-                                std::vector<c10::IValue>(shown.begin(), shown.end()))));
+    ShownValue output = point.single_output()
+                            ? ShownValue::borrowing(shown[0])
+                            : ShownValue(c10::ivalue::Tuple::create(
+                                  std::vector<c10::IValue>(shown.begin(), shown.end())));
     if (dispatch.run_forward_hooks(point, args, output)) {
       replaced = replacement(point, "output", output.get(), xs, point.single_output());
     }
@@ -286,7 +330,7 @@ void input_point(at::TensorList xs, at::TensorList outs, const at::Tensor& /*tok
   if (!point) return write_copies(outs, xs, nullptr);
   recording_errors(run, [&] {
     Dispatch<const aoti::Point> dispatch(global_point_hooks(), hooks_for(*point).get());
-    std::vector<at::Tensor> shown = shown_aliases(xs);
+    Shown shown = shown_aliases(xs);
     std::optional<std::vector<at::Tensor>> replaced;
     {
       std::vector<c10::IValue> args(shown.begin(), shown.end());
