@@ -109,8 +109,9 @@ std::string describe(const at::Tensor& t) {
 using Shown = c10::SmallVector<at::Tensor, 4>;
 
 /// The aliases of earlier firings on this thread that no hook kept: making a storage and a
-/// tensor object for each shown tensor is most of what a firing costs, so `shown_alias` points
-/// one of these at the new memory instead. Bounded: a thread keeps at most this many.
+/// tensor object for each shown tensor was about a third of what a firing cost (aoti_bench), so
+/// `shown_alias` points one of these at the new memory instead. Bounded: a thread keeps at most
+/// this many.
 thread_local std::vector<at::Tensor> spare_aliases;
 constexpr std::size_t kMaxSpareAliases = 64;
 
@@ -142,7 +143,10 @@ at::Tensor shown_alias(const at::Tensor& x) {
   if (!spare_aliases.empty()) {
     at::Tensor alias = std::move(spare_aliases.back());
     spare_aliases.pop_back();
-    if (alias.key_set() == x.key_set() && alias.dtype() == x.dtype()) {
+    // The device too: two GPUs have the same dispatch keys, and a tensor's device is fixed
+    // when it is made.
+    if (alias.key_set() == x.key_set() && alias.dtype() == x.dtype() &&
+        alias.device() == x.device()) {
       c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
       impl->storage().unsafeGetStorageImpl()->UniqueStorageShareExternalPointer(std::move(data),
                                                                                 memory.nbytes());
