@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -470,6 +471,13 @@ TEST(AotiErrors, HookThatThrowsEndsTheRunWithItsExceptionAndTheNextRunWorks) {
   Case c("branchy");
   modhooks::aoti::Model net(c.path);
   bool raise = true;
+  // What a hook kept of the failed run, before the hook after it threw, stays valid.
+  std::vector<at::Tensor> kept;
+  auto keep = modhooks::register_forward_hook(
+      net.point("relu"),
+      [&](const modhooks::aoti::Point&, const std::vector<c10::IValue>&, const c10::IValue& out) {
+        if (raise) kept.push_back(out.toTensor());
+      });
   auto h = modhooks::register_forward_hook(
       net.point("relu"),
       [&](const modhooks::aoti::Point&, const std::vector<c10::IValue>&, const c10::IValue&) {
@@ -482,7 +490,15 @@ TEST(AotiErrors, HookThatThrowsEndsTheRunWithItsExceptionAndTheNextRunWorks) {
     EXPECT_STREQ(e.what(), "the hook's own text");
   }
   raise = false;
+  std::vector<at::Tensor> zeros;
+  for (const auto& x : c.inputs()) zeros.push_back(at::zeros_like(x));
+  net.run(zeros);  // the model's buffers now hold other values
   expect_close(net.run(c.inputs()), c.outputs(), "next run");
+  const auto order = c.order();
+  const auto relu = std::find(order.begin(), order.end(), "relu") - order.begin();
+  ASSERT_LT(static_cast<std::size_t>(relu), order.size());
+  ASSERT_EQ(kept.size(), 1u);
+  expect_close(kept, {c.fired(static_cast<int>(relu))[0]}, "kept before the throw");
 }
 
 // The GPU machine's check (scripts/device-check.sh) writes this package with

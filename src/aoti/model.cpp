@@ -187,6 +187,19 @@ void keep_valid(Shown& shown, at::TensorList xs) {
   }
 }
 
+/// Runs `hooks` on the aliases in `shown`, then `keep_valid`: also when a hook throws, since it
+/// may have kept what it was shown before it did.
+template <class Hooks>
+void run_keeping_valid(Shown& shown, at::TensorList xs, Hooks&& hooks) {
+  try {
+    hooks();
+  } catch (...) {
+    keep_valid(shown, xs);
+    throw;
+  }
+  keep_valid(shown, xs);
+}
+
 bool overlaps(const at::Tensor& a, const at::Tensor& b) {
   const auto* a0 = static_cast<const char*>(a.storage().data());
   const auto* b0 = static_cast<const char*>(b.storage().data());
@@ -285,7 +298,7 @@ void fire_output(Run& run, const aoti::Point& point, at::TensorList xs, Write&& 
   Dispatch<const aoti::Point> dispatch(global_point_hooks(), hooks_for(point).get());
   Shown shown = shown_aliases(xs);
   std::optional<std::vector<at::Tensor>> replaced;
-  {
+  run_keeping_valid(shown, xs, [&] {
     std::vector<c10::IValue> args;
     if (auto& saved = run.args[point.index()]) args = std::move(*saved);
     ShownValue output = point.single_output()
@@ -295,8 +308,7 @@ void fire_output(Run& run, const aoti::Point& point, at::TensorList xs, Write&& 
     if (dispatch.run_forward_hooks(point, args, output)) {
       replaced = replacement(point, "output", output.get(), xs, point.single_output());
     }
-  }
-  keep_valid(shown, xs);
+  });
   write(replaced ? &*replaced : nullptr);
 }
 
@@ -336,13 +348,12 @@ void input_point(at::TensorList xs, at::TensorList outs, const at::Tensor& /*tok
     Dispatch<const aoti::Point> dispatch(global_point_hooks(), hooks_for(*point).get());
     Shown shown = shown_aliases(xs);
     std::optional<std::vector<at::Tensor>> replaced;
-    {
+    run_keeping_valid(shown, xs, [&] {
       std::vector<c10::IValue> args(shown.begin(), shown.end());
       if (dispatch.run_pre_hooks(*point, args)) {
         replaced = replacement(*point, "args", c10::ivalue::Tuple::create(args), xs, false);
       }
-    }
-    keep_valid(shown, xs);
+    });
     write_copies(outs, xs, replaced ? &*replaced : nullptr);
     if (dispatch.has_forward_hooks()) {
       // The graph may reuse the buffers of `outs` before the module's output point: its
