@@ -19,7 +19,11 @@ bool has(const torch::nn::Module& m, const std::string& name) {
 
 TEST(TestNN, test_weight_norm) {
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
-    const double atol = dtype == at::kFloat ? 1e-5 : 1e-2;
+    // PyTorch's own tolerances for this test (test_nn.py's dtype2prec_DONTUSE). bfloat16 keeps 8
+    // significant bits: between 2 and 4 its values are 1/64 apart, so an output that rounds one
+    // step differently once the weight is g * v / ||v|| is already off by more than 1e-2, and
+    // whether it does depends on the machine's bfloat16 kernels.
+    const double atol = dtype == at::kFloat ? 1e-5 : 1e-1;
     const at::Tensor input = at::randn({3, 4}).to(dtype);
     Linear m(4, 5);
     m->to(dtype);
