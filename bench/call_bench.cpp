@@ -8,6 +8,8 @@
 //     call; Identity with two forward hooks: forward vs call;
 //   - one and two no-op forward hooks on Identity, Linear(16,16) and Conv2d(3,3,3), grad mode on
 //     and off: forward vs call;
+//   - the same modules with two no-op callbacks called by hand after forward (the floor of any
+//     hook mechanism): forward vs that floor, and that floor vs call with two hooks;
 //   - the same MLP, full backward hooks vs the floor of the mechanism (a bare identity node on
 //     each side of each layer);
 //   - 8 x Linear(64,64), batch 32, forward+backward: torch::nn::Sequential with no hooks vs
@@ -16,11 +18,13 @@
 // Python's figures for the same cases come from bench/python_hooks_bench.py (run-bench.sh).
 #include <ATen/core/grad_mode.h>
 #include <benchmark/benchmark.h>
+#include <c10/util/MaybeOwned.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -139,6 +143,80 @@ void BM_Conv2d_CallTwoForwardHooks_vs_Forward_Grad(benchmark::State& state) {
   hooks_in_grad_mode(state, torch::nn::Conv2d(3, 3, 3), 2, at::randn({1, 3, 8, 8}));
 }
 BENCHMARK(BM_Conv2d_CallTwoForwardHooks_vs_Forward_Grad)->ArgName("grad")->Arg(1)->Arg(0);
+
+/// The floor of any forward-hook mechanism, written by hand: `forward`, then two no-op callbacks
+/// of the type modhooks stores (a `std::function` returning a possible replacement) called on
+/// argument and output vectors built outside the loop, the output borrowed. What it adds over
+/// `forward` no library can take out; what `call` adds over it is modhooks' own.
+template <class Holder>
+void hand_written_hooks(benchmark::State& state, Holder module, const at::Tensor& x,
+                        bool against_call) {
+  std::optional<at::NoGradGuard> no_grad;
+  if (state.range(0) == 0) no_grad.emplace();
+  using Fn = std::function<std::optional<c10::IValue>(torch::nn::Module&, const IValues&,
+                                                      const c10::IValue&)>;
+  int64_t seen = 0;
+  std::vector<Fn> fns;
+  std::vector<modhooks::ScopedHandle> handles;
+  for (int i = 0; i < 2; ++i) {
+    fns.emplace_back([&](torch::nn::Module&, const IValues&, const c10::IValue&) {
+      ++seen;
+      return std::optional<c10::IValue>();
+    });
+    if (against_call) {
+      handles.emplace_back(modhooks::register_forward_hook(
+          module, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++seen; }));
+    }
+  }
+  const IValues args{x};
+  torch::nn::Module& base = *module;
+  auto floor = [&] {
+    for (int i = 0; i < kBatch; ++i) {
+      at::Tensor y = module->forward(x);
+      c10::IValue out(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(y));
+      for (const Fn& fn : fns) benchmark::DoNotOptimize(fn(base, args, out));
+      c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow(out);
+      benchmark::DoNotOptimize(y);
+    }
+  };
+  if (against_call) {
+    paired(state, kBatch, floor, [&] {
+      for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(module, x));
+    });
+  } else {
+    paired(
+        state, kBatch,
+        [&] {
+          for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(module->forward(x));
+        },
+        floor);
+  }
+  benchmark::DoNotOptimize(seen);
+}
+void BM_Identity_TwoHandWrittenHooks_vs_Forward(benchmark::State& state) {
+  hand_written_hooks(state, torch::nn::Identity(), at::randn({1, 16}), false);
+}
+BENCHMARK(BM_Identity_TwoHandWrittenHooks_vs_Forward)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Identity_CallTwoForwardHooks_vs_HandWritten(benchmark::State& state) {
+  hand_written_hooks(state, torch::nn::Identity(), at::randn({1, 16}), true);
+}
+BENCHMARK(BM_Identity_CallTwoForwardHooks_vs_HandWritten)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Linear16_TwoHandWrittenHooks_vs_Forward(benchmark::State& state) {
+  hand_written_hooks(state, torch::nn::Linear(16, 16), at::randn({1, 16}), false);
+}
+BENCHMARK(BM_Linear16_TwoHandWrittenHooks_vs_Forward)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Linear16_CallTwoForwardHooks_vs_HandWritten(benchmark::State& state) {
+  hand_written_hooks(state, torch::nn::Linear(16, 16), at::randn({1, 16}), true);
+}
+BENCHMARK(BM_Linear16_CallTwoForwardHooks_vs_HandWritten)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Conv2d_TwoHandWrittenHooks_vs_Forward(benchmark::State& state) {
+  hand_written_hooks(state, torch::nn::Conv2d(3, 3, 3), at::randn({1, 3, 8, 8}), false);
+}
+BENCHMARK(BM_Conv2d_TwoHandWrittenHooks_vs_Forward)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Conv2d_CallTwoForwardHooks_vs_HandWritten(benchmark::State& state) {
+  hand_written_hooks(state, torch::nn::Conv2d(3, 3, 3), at::randn({1, 3, 8, 8}), true);
+}
+BENCHMARK(BM_Conv2d_CallTwoForwardHooks_vs_HandWritten)->ArgName("grad")->Arg(1)->Arg(0);
 
 void BM_MLP8_FullBackwardHookPerLayer_vs_NoHooks(benchmark::State& state) {
   torch::nn::Sequential plain;

@@ -44,7 +44,7 @@ class ModuleTable {
   /// table's lock: a hooked call copies what it needs without taking a reference to the tables.
   /// `f` must be short and must not enter the table again.
   template <class F>
-  decltype(auto) visit(const void* key, F&& f) {
+  MODHOOKS_ALWAYS_INLINE decltype(auto) visit(const void* key, F&& f) {
     std::shared_ptr<Hooks> dead;
     std::lock_guard<SpinLock> lock(lock_);
     const std::size_t at = live_position(key, dead);
@@ -105,7 +105,7 @@ class ModuleTable {
 
   /// Where the live entry of `key` is, or kNone; a dead one is erased, its tables moved to
   /// `dead` (to die after the lock).
-  std::size_t live_position(const void* key, std::shared_ptr<Hooks>& dead) {
+  MODHOOKS_ALWAYS_INLINE std::size_t live_position(const void* key, std::shared_ptr<Hooks>& dead) {
     const std::size_t at = position(key);
     if (at == kNone || slots_[at].owner.alive()) return at;
     dead = std::move(slots_[at].hooks);
@@ -118,13 +118,13 @@ class ModuleTable {
     if (!slot.owner.owned() && owner.owned()) slot.owner = std::move(owner);
   }
 
-  std::size_t home(const void* key) const noexcept {
+  MODHOOKS_ALWAYS_INLINE std::size_t home(const void* key) const noexcept {
     const auto x = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(key));
     return static_cast<std::size_t>((x * 0x9E3779B97F4A7C15ull) >> 32) & (slots_.size() - 1);
   }
 
   /// Where `key` is, or kNone.
-  std::size_t position(const void* key) const noexcept {
+  MODHOOKS_ALWAYS_INLINE std::size_t position(const void* key) const noexcept {
     if (slots_.empty()) return kNone;
     for (std::size_t at = home(key);; at = (at + 1) & (slots_.size() - 1)) {
       if (slots_[at].key == key) return at;

@@ -16,16 +16,20 @@ namespace detail {
 /// after a short spin, so a long holder (a sweep of dead entries) costs waiters CPU, not progress.
 class SpinLock {
  public:
-  void lock() noexcept {
+  /// The uncontended case inline, the wait out of line: a hooked call inlines only the exchange.
+  MODHOOKS_ALWAYS_INLINE void lock() noexcept {
+    if (locked_.exchange(true, std::memory_order_acquire)) wait();
+  }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  MODHOOKS_COLD void wait() noexcept {
     for (int spins = 0; locked_.exchange(true, std::memory_order_acquire); ++spins) {
       while (locked_.load(std::memory_order_relaxed)) {
         if (++spins > 64) std::this_thread::yield();
       }
     }
   }
-  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
-
- private:
   std::atomic<bool> locked_{false};
 };
 

@@ -153,7 +153,7 @@ ShownValue show(const T& value) {
 class ShownArgs {
  public:
   template <class Tuple>
-  explicit ShownArgs(const Tuple& values) {
+  MODHOOKS_ALWAYS_INLINE explicit ShownArgs(const Tuple& values) {
     Buffer& buffer = thread_buffer();
     if (!buffer.busy) {
       buffer.busy = true;
@@ -161,8 +161,9 @@ class ShownArgs {
       args_ = &buffer.args;
     }
     try {
-      args_->reserve(std::tuple_size_v<Tuple>);
-      std::apply([&](const auto&... v) { (push(v), ...); }, values);
+      // Written out rather than std::apply and an unconditional reserve, which stay calls.
+      if (args_->capacity() < std::tuple_size_v<Tuple>) args_->reserve(std::tuple_size_v<Tuple>);
+      push_all(values, std::make_index_sequence<std::tuple_size_v<Tuple>>{});
     } catch (...) {
       release();
       throw;
@@ -170,7 +171,7 @@ class ShownArgs {
   }
   ShownArgs(const ShownArgs&) = delete;
   ShownArgs& operator=(const ShownArgs&) = delete;
-  ~ShownArgs() { release(); }
+  MODHOOKS_ALWAYS_INLINE ~ShownArgs() { release(); }
 
   const std::vector<c10::IValue>& get() const noexcept { return *args_; }
 
@@ -185,7 +186,7 @@ class ShownArgs {
   }
 
   /// Forgets the borrowed tensors without releasing them and frees the thread's vector.
-  void release() noexcept {
+  MODHOOKS_ALWAYS_INLINE void release() noexcept {
     for (std::size_t i = 0; i < args_->size() && i < 64; ++i) {
       if (borrowed_ >> i & 1) c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow((*args_)[i]);
     }
@@ -193,8 +194,13 @@ class ShownArgs {
     if (buffer_) buffer_->busy = false;
   }
 
+  template <class Tuple, std::size_t... I>
+  MODHOOKS_ALWAYS_INLINE void push_all(const Tuple& values, std::index_sequence<I...>) {
+    (push(std::get<I>(values)), ...);
+  }
+
   template <class T>
-  void push(const T& value) {
+  MODHOOKS_ALWAYS_INLINE void push(const T& value) {
     if constexpr (std::is_same_v<T, at::Tensor>) {
       if (args_->size() < 64) {
         borrowed_ |= std::uint64_t{1} << args_->size();
