@@ -45,17 +45,6 @@
 #define MODHOOKS_API
 #endif
 
-/// Inlines a function, or a lambda (placed after its parameters), into every caller: for the few
-/// helpers of a hooked call, whose code must stay in one piece (see `run_forward_hooks_only`).
-/// `MODHOOKS_COLD` keeps a rarely taken part of such a helper out of it.
-#if defined(__GNUC__) || defined(__clang__)
-#define MODHOOKS_ALWAYS_INLINE __attribute__((always_inline))
-#define MODHOOKS_COLD __attribute__((noinline, cold))
-#else
-#define MODHOOKS_ALWAYS_INLINE
-#define MODHOOKS_COLD
-#endif
-
 /// The ABI namespace, as fmt's `inline namespace v11`: every name is `modhooks::v0_1::...` in
 /// the binary and `modhooks::...` in source. It is made from the version, as the SOVERSION is
 /// (major.minor while the major version is 0), so a program built against one ABI cannot link

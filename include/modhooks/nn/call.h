@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "modhooks/core/detail/inline.h"
 #include "modhooks/core/error.h"
 #include "modhooks/dispatch/detail/backward_hook.h"
 #include "modhooks/dispatch/detail/dispatch.h"

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "modhooks/core/detail/inline.h"
 #include "modhooks/core/detail/spin_lock.h"
 #include "modhooks/version.h"
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <thread>
 
+#include "modhooks/core/detail/inline.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "modhooks/core/detail/inline.h"
 #include "modhooks/core/error.h"
 #include "modhooks/dispatch/detail/dispatch.h"
 #include "modhooks/version.h"
