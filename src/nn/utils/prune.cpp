@@ -46,9 +46,18 @@ std::int64_t checked_dim(const at::Tensor& t, std::int64_t dim) {
 }
 
 /// Python's `[slice(None)] * ndim` with `index` at `dim`.
+/// Each index is made in its place: libtorch 1.13's `TensorIndex` of a tensor leaves its integer
+/// and boolean members unset, and GCC 12 (-Werror) reports a move of one that reads them.
 std::vector<TensorIndex> along(std::int64_t ndim, std::int64_t dim, const at::Tensor& index) {
-  std::vector<TensorIndex> slices(static_cast<std::size_t>(ndim), TensorIndex(Slice()));
-  slices[static_cast<std::size_t>(dim)] = TensorIndex(index);
+  std::vector<TensorIndex> slices;
+  slices.reserve(static_cast<std::size_t>(ndim));
+  for (std::int64_t d = 0; d < ndim; ++d) {
+    if (d == dim) {
+      slices.emplace_back(index);
+    } else {
+      slices.emplace_back(Slice());
+    }
+  }
   return slices;
 }
 
