@@ -63,10 +63,10 @@ TEST(TestNNParametrization, test_new_spectral_norm) {
   modhooks::call(m, input);
   EXPECT_TRUE(at::equal(u, u0));
   // The 15 steps at registration may leave u at its fixed point to the last bit, so the weight
-  // moves first: the step in training must then move u.
-  // The new weight has singular values 3, 1.5, 1, 0.5, 0.25: each step shrinks u's error by
-  // (1.5 / 3)^2, so 50 steps converge whatever the random bases. A random weight's top two
-  // singular values can lie close enough that 50 steps leave its norm 1.5% off (seen on CI).
+  // moves first: the step in training must then move u. The new weight has singular values 3,
+  // 1.5, 1, 0.5, 0.25, so each step shrinks u's error by (1.5 / 3)^2 and 50 steps converge
+  // whatever the random bases; a random weight's top two singular values can lie close enough
+  // that 50 steps leave its norm 1.5% off (seen on CI).
   m->train();
   {
     at::NoGradGuard no_grad;
