@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,11 @@ struct MixedImpl : torch::nn::Module {
   std::string last_tag;
 };
 TORCH_MODULE(Mixed);
+
+struct PairSumImpl : torch::nn::Module {
+  at::Tensor forward(const std::vector<at::Tensor>& xs) { return xs.at(0) + xs.at(1); }
+};
+TORCH_MODULE(PairSum);
 
 TEST(Call, WithoutHooksIsForward) {
   EXPECT_EQ(modhooks::detail::call_hooks_active.load(), 0);
@@ -178,6 +184,34 @@ TEST(Call, ForwardHooksReplacingTheOutputReleaseNothingTwice) {
   EXPECT_EQ(saw_replacement, std::vector<bool>(3, true));
   EXPECT_EQ(x.use_count(), x_count);
   EXPECT_EQ(replacement.use_count(), replacement_count);
+}
+
+// The thread's vector of shown arguments keeps the last call's size between calls: each call
+// must see its own number of arguments, and what was boxed for the hooks (a tensor list copies
+// its tensors, a tuple output its elements) must be released when the call ends.
+TEST(Call, ArgumentsShownToHooksFitEachCallAndAreReleasedAfterIt) {
+  torch::nn::Identity one;
+  Mixed four;
+  PairSum pair;
+  at::Tensor a = at::randn({2});
+  at::Tensor b = at::randn({2});
+  const auto a_count = a.use_count();
+  std::vector<std::size_t> sizes;
+  auto record = [&](torch::nn::Module&, const IValues& args, const c10::IValue&) {
+    sizes.push_back(args.size());
+  };
+  ScopedHandle on_one(modhooks::register_forward_hook(one, record));
+  ScopedHandle on_four(modhooks::register_forward_hook(four, record));
+  ScopedHandle on_pair(modhooks::register_forward_hook(pair, record));
+  for (int i = 0; i < 2; ++i) {
+    modhooks::call(one, a);
+    auto [y, n] = modhooks::call(four, a, 2.0, int64_t{1}, std::string("tag"));
+    EXPECT_EQ(y.use_count(), 1);  // the output tuple shown to the hook is gone
+    EXPECT_EQ(n, 2);
+    modhooks::call(pair, std::vector<at::Tensor>{a, b});
+    EXPECT_EQ(a.use_count(), a_count);  // the argument list shown to the hook is gone
+  }
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{1, 4, 1, 1, 4, 1}));
 }
 
 // A hook that runs another hooked module: the inner call's arguments must not disturb the outer

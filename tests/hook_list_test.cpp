@@ -45,12 +45,12 @@ TEST(HookList, SnapshotIsUnaffectedByLaterChanges) {
 TEST(HookList, EmptyListsHaveNoSnapshot) {
   // Dispatch reads empty lists without their lock: an empty list's snapshot is null.
   List list;
-  EXPECT_EQ(list.snapshot(), nullptr);
+  EXPECT_FALSE(list.snapshot());
   const auto id = list.add(1);
-  ASSERT_NE(list.snapshot(), nullptr);
+  ASSERT_TRUE(list.snapshot());
   EXPECT_EQ(list.snapshot()->size(), 1u);
   list.remove(id);
-  EXPECT_EQ(list.snapshot(), nullptr);
+  EXPECT_FALSE(list.snapshot());
   EXPECT_TRUE(list.empty());
 }
 

@@ -88,44 +88,62 @@ R run_hooked(T& module, Dispatch<torch::nn::Module>& dispatch,
   return std::move(*result);
 }
 
+/// What `own_forward_hooks_only` found: whether the module's own forward hooks are all that a
+/// call of it runs, and those hooks (null where the module has none at all).
+struct OwnForwardHooks {
+  bool only;
+  HookList<ForwardHookEntry<torch::nn::Module>>::Snapshot forward;
+};
+
 /// Whether the module's own forward hooks are all that a call of it without global hooks runs
-/// (no other kind of hook, none `always_call`), found in one visit of its tables; `forward` then
-/// holds them, or null where the module has no hooks at all. The call's `Dispatch` is not built
-/// here: a `std::optional` of it, even unset, was zero-filled on every call (160 bytes, two
-/// `rep stos`: three quarters of `call_with_hooks`' own samples in a perf profile of two no-op
-/// hooks on Identity), so the general path builds its own (`call_dispatched`). This path and its
-/// helpers are inlined into one function: after a forward whose code evicts theirs from the
-/// instruction cache (Linear), each extra function is extra cache lines to fetch again.
-MODHOOKS_ALWAYS_INLINE inline bool own_forward_hooks_only(
-    const torch::nn::Module& module,
-    HookList<ForwardHookEntry<torch::nn::Module>>::Snapshot& forward) {
+/// (no other kind of hook, none `always_call`), found in one visit of its tables, with those
+/// hooks. The call's `Dispatch` is not built here: a `std::optional` of it, even unset, was
+/// zero-filled on every call (160 bytes, two `rep stos`: three quarters of `call_with_hooks`'
+/// own samples in a perf profile of two no-op hooks on Identity), so the general path builds its
+/// own (`call_dispatched`). This path and its helpers are inlined into one function: after a
+/// forward whose code evicts theirs from the instruction cache (Linear), each extra function is
+/// extra cache lines to fetch again. The snapshot is taken last, straight into the result, so
+/// that its reference count moves once.
+MODHOOKS_ALWAYS_INLINE inline OwnForwardHooks own_forward_hooks_only(
+    const torch::nn::Module& module) {
   return nn_table<NnHooks>().visit(
       &module, [&](const std::shared_ptr<NnHooks>* found) MODHOOKS_ALWAYS_INLINE {
-        if (!found) return true;  // none at all: the filter's slot is shared with a hooked module
+        // None at all: the filter's slot is shared with a hooked module.
+        if (!found) return OwnForwardHooks{true, nullptr};
         const NnHooks& hooks = **found;
         if (!hooks.forward_pre.empty() || !hooks.backward_pre.empty() || !hooks.backward.empty()) {
-          return false;
+          return OwnForwardHooks{false, nullptr};
         }
-        forward = hooks.forward.snapshot_guarded();
-        if (forward) {
+        if (const auto* forward = hooks.forward.entries_guarded()) {
           for (const auto& entry : *forward) {
-            if (entry.hook.always_call) {
-              forward = nullptr;
-              return false;
-            }
+            if (entry.hook.always_call) return OwnForwardHooks{false, nullptr};
           }
         }
-        return true;
+        return OwnForwardHooks{true, hooks.forward.snapshot_guarded()};
       });
+}
+
+/// A forward hook's replacement, taken out of the hooked call's way (hooks that replace are rare).
+MODHOOKS_COLD inline void take_replacement(ShownValue& output, std::optional<c10::IValue>& value) {
+  output.replace(std::move(*value));
+  value.reset();
+}
+template <class R>
+MODHOOKS_COLD void unbox_forward_replacement(const torch::nn::Module& module,
+                                             const c10::IValue& output, R& result) {
+  unbox_replacement("forward hook", module, [&] { unbox_into(output, result); });
 }
 
 /// Python's `_call_impl` when the module's own forward hooks are all it runs: forward, then the
 /// hooks on what forward received (the caller's arguments, not copies) and its result, each
 /// borrowed. No error path: without always-call hooks, what forward or a hook throws propagates
-/// as it is. Two no-op hooks on Linear(16, 16) cost 377 instructions and 40 instruction-cache
-/// misses a call over forward here (everything the call runs beside forward, the hooks and
-/// libtorch's reference counts included), where the path through an optional `Dispatch` and
-/// out-of-line helpers cost 525 and 48 (callgrind's cache simulation, call_bench).
+/// as it is. Forward evicts this path's code from the instruction cache on a real layer, so what
+/// it costs is mostly the cache lines it spans: two no-op hooks on Linear(16, 16) take 222
+/// instructions and 19 instruction-cache misses a call beside forward (callgrind's cache
+/// simulation on call_bench, the hooks and libtorch's reference counts included), where they
+/// took 355 and 37 while the rare cases (a replacement, a nested call, a dead module's entry)
+/// were inline, the snapshot's count and the shown values' destructors were out-of-line calls,
+/// and the arguments were pushed onto a vector emptied after each call.
 template <class R, class T, class... Args>
 MODHOOKS_ALWAYS_INLINE inline R run_forward_hooks_only(
     T& module, const std::vector<HookList<ForwardHookEntry<torch::nn::Module>>::Entry>& hooks,
@@ -137,14 +155,13 @@ MODHOOKS_ALWAYS_INLINE inline R run_forward_hooks_only(
     ShownValue output = show(result);
     bool replaced = false;
     for (const auto& entry : hooks) {
-      if (auto replacement = entry.hook.fn(base, shown.get(), output.get())) {
-        output.replace(std::move(*replacement));
+      std::optional<c10::IValue> replacement = entry.hook.fn(base, shown.get(), output.get());
+      if (C10_UNLIKELY(replacement.has_value())) {
+        take_replacement(output, replacement);
         replaced = true;
       }
     }
-    if (replaced) {
-      unbox_replacement("forward hook", base, [&] { unbox_into(output.get(), result); });
-    }
+    if (C10_UNLIKELY(replaced)) unbox_forward_replacement(base, output.get(), result);
   }
   return result;
 }
@@ -182,12 +199,12 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
   using R = decltype(module.forward(std::forward<Args>(args)...));
   torch::nn::Module& base = module;
-  if (global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0 &&
-      hooked_modules.may_have_hooks(&base)) {
-    HookList<ForwardHookEntry<torch::nn::Module>>::Snapshot forward;
-    if (own_forward_hooks_only(base, forward)) {
-      if (!forward) return module.forward(std::forward<Args>(args)...);
-      return run_forward_hooks_only<R>(module, *forward, args...);
+  if (C10_LIKELY(global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0 &&
+                 hooked_modules.may_have_hooks(&base))) {
+    const OwnForwardHooks own = own_forward_hooks_only(base);
+    if (C10_LIKELY(own.only)) {
+      if (C10_UNLIKELY(!own.forward)) return module.forward(std::forward<Args>(args)...);
+      return run_forward_hooks_only<R>(module, *own.forward, args...);
     }
   }
   // Looks the module up a second time: the general path's pre-hook boxing and backward wiring

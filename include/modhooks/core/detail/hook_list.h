@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
+#include "modhooks/core/detail/inline.h"
 #include "modhooks/core/detail/spin_lock.h"
 #include "modhooks/core/handle.h"
 #include "modhooks/version.h"
@@ -74,10 +76,52 @@ class FilterObserver : public HookObserver {
   std::atomic<std::int64_t> total_{0};
 };
 
+/// An immutable vector shared by reference count: what a `HookList` publishes and what a call
+/// snapshots. It does `std::shared_ptr`'s job with the count's increment and decrement inline,
+/// where libstdc++ calls out of line for both: two more functions whose code a hooked call
+/// fetches again after a forward that evicted it from the instruction cache.
+template <class T>
+class SharedVector {
+ public:
+  SharedVector() noexcept = default;
+  SharedVector(std::nullptr_t) noexcept {}  // implicit, as shared_ptr's: `return nullptr;`
+  static SharedVector make(std::vector<T> values) {
+    return SharedVector(new Block{{1}, std::move(values)});
+  }
+  SharedVector(const SharedVector& other) noexcept : block_(other.block_) {
+    if (block_) block_->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  SharedVector(SharedVector&& other) noexcept : block_(std::exchange(other.block_, nullptr)) {}
+  SharedVector& operator=(SharedVector other) noexcept {
+    swap(other);
+    return *this;
+  }
+  ~SharedVector() {
+    if (block_ && block_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(block_);
+  }
+  void swap(SharedVector& other) noexcept { std::swap(block_, other.block_); }
+
+  explicit operator bool() const noexcept { return block_ != nullptr; }
+  const std::vector<T>& operator*() const noexcept { return block_->values; }
+  const std::vector<T>* operator->() const noexcept { return &block_->values; }
+  const std::vector<T>* get() const noexcept { return block_ ? &block_->values : nullptr; }
+
+ private:
+  struct Block {
+    std::atomic<std::int64_t> refs;
+    std::vector<T> values;
+  };
+  explicit SharedVector(Block* block) noexcept : block_(block) {}
+  /// The last reference gone: the hooks' destructors run, out of the hooked call's way.
+  MODHOOKS_COLD static void destroy(Block* block) noexcept { delete block; }
+
+  Block* block_ = nullptr;
+};
+
 /// An ordered list of hooks of one kind on one module (or the global list of that kind).
 ///
 /// Copy-on-write: registration and removal (rare) copy the vector, edit the copy and swap it in;
-/// dispatch takes a snapshot (one shared_ptr copy under a spin lock) and iterates it. A hook may
+/// dispatch takes a snapshot (one reference taken under a spin lock) and iterates it. A hook may
 /// therefore remove itself or others while running, and registration is safe while autograd
 /// threads run backward hooks. Most lists of a hooked module are empty: their snapshot is null
 /// and costs one atomic load, no lock.
@@ -89,7 +133,7 @@ class HookList final : public HookTableBase {
     Hook hook;
   };
   using Entries = std::vector<Entry>;
-  using Snapshot = std::shared_ptr<const Entries>;
+  using Snapshot = SharedVector<Entry>;
 
   /// `counter`, when given, tracks how many hooks this list holds (see `call_hooks_active`);
   /// `observer`, when given, hears of every change after the list's lock is released. `guard`,
@@ -113,16 +157,16 @@ class HookList final : public HookTableBase {
     if (id == 0) id = next_hook_id.fetch_add(1);
     {
       std::lock_guard<std::mutex> writing(write_mutex_);
-      auto next = std::make_shared<Entries>();
-      next->reserve(entries_->size() + 1);
+      Entries next;
+      next.reserve(entries_->size() + 1);
       if (prepend) {
-        next->push_back(Entry{id, std::move(hook)});
-        next->insert(next->end(), entries_->begin(), entries_->end());
+        next.push_back(Entry{id, std::move(hook)});
+        next.insert(next.end(), entries_->begin(), entries_->end());
       } else {
-        next->insert(next->end(), entries_->begin(), entries_->end());
-        next->push_back(Entry{id, std::move(hook)});
+        next.insert(next.end(), entries_->begin(), entries_->end());
+        next.push_back(Entry{id, std::move(hook)});
       }
-      publish(std::move(next));
+      publish(Snapshot::make(std::move(next)));
       if (counter_) counter_->fetch_add(1);
     }
     if (observer_) observer_->hooks_changed(1);
@@ -135,11 +179,11 @@ class HookList final : public HookTableBase {
       auto pos = std::find_if(entries_->begin(), entries_->end(),
                               [id](const Entry& e) { return e.id == id; });
       if (pos == entries_->end()) return;
-      auto next = std::make_shared<Entries>();
-      next->reserve(entries_->size() - 1);
-      next->insert(next->end(), entries_->begin(), pos);
-      next->insert(next->end(), std::next(pos), entries_->end());
-      publish(std::move(next));
+      Entries next;
+      next.reserve(entries_->size() - 1);
+      next.insert(next.end(), entries_->begin(), pos);
+      next.insert(next.end(), std::next(pos), entries_->end());
+      publish(Snapshot::make(std::move(next)));
       if (counter_) counter_->fetch_sub(1);
     }
     if (observer_) observer_->hooks_changed(-1);
@@ -154,9 +198,16 @@ class HookList final : public HookTableBase {
   }
 
   /// The same, for a caller that holds the list's guard.
-  Snapshot snapshot_guarded() const {
+  MODHOOKS_ALWAYS_INLINE Snapshot snapshot_guarded() const {
     if (empty()) return nullptr;
     return entries_;
+  }
+
+  /// The hooks as they are now (null when there are none), for a caller that holds the list's
+  /// guard and looks at them before it lets go of it: no reference count moves.
+  MODHOOKS_ALWAYS_INLINE const Entries* entries_guarded() const {
+    if (empty()) return nullptr;
+    return entries_.get();
   }
 
   /// Calls `f(hook)` for each hook of a snapshot, which it keeps alive while iterating (a
@@ -185,7 +236,7 @@ class HookList final : public HookTableBase {
   std::mutex write_mutex_;  // one editor at a time, so that the copy is made outside `lock_`
   mutable SpinLock lock_;   // guards the pointer `entries_` between editors and snapshots,
   SpinLock* guard_;         // unless another lock does
-  Snapshot entries_ = std::make_shared<const Entries>();
+  Snapshot entries_ = Snapshot::make({});
   std::atomic<std::size_t> size_{0};
   std::atomic<std::int64_t>* counter_;
   HookObserver* observer_;

@@ -46,10 +46,13 @@ class ModuleTable {
   /// `f` must be short and must not enter the table again.
   template <class F>
   MODHOOKS_ALWAYS_INLINE decltype(auto) visit(const void* key, F&& f) {
-    std::shared_ptr<Hooks> dead;
-    std::lock_guard<SpinLock> lock(lock_);
-    const std::size_t at = live_position(key, dead);
-    return f(at == kNone ? nullptr : &slots_[at].hooks);
+    {
+      std::lock_guard<SpinLock> lock(lock_);
+      const std::size_t at = position(key);
+      if (at == kNone) return f(nullptr);
+      if (slots_[at].owner.alive()) return f(&slots_[at].hooks);
+    }
+    return visit_dead(key, std::forward<F>(f));
   }
 
   /// The module's tables, created by `make` on first use. `owner` tells later whether the
@@ -103,6 +106,15 @@ class ModuleTable {
     Owner owner;
     std::shared_ptr<Hooks> hooks;
   };
+
+  /// `visit` where the entry found was of a dead module: erases it, out of the hooked call's way.
+  template <class F>
+  MODHOOKS_COLD decltype(auto) visit_dead(const void* key, F&& f) {
+    std::shared_ptr<Hooks> dead;
+    std::lock_guard<SpinLock> lock(lock_);
+    const std::size_t at = live_position(key, dead);
+    return f(at == kNone ? nullptr : &slots_[at].hooks);
+  }
 
   /// Where the live entry of `key` is, or kNone; a dead one is erased, its tables moved to
   /// `dead` (to die after the lock).

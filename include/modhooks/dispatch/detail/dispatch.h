@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "modhooks/core/detail/inline.h"
 #include "modhooks/dispatch/detail/backward_hook.h"
 #include "modhooks/dispatch/detail/module_hooks.h"
 #include "modhooks/version.h"
@@ -27,10 +28,10 @@ namespace detail {
 /// which takes a reference as usual. Replacing the value drops the borrow without releasing it.
 class ShownValue {
  public:
-  ShownValue() = default;
+  ShownValue() noexcept : value_() {}
   explicit ShownValue(c10::IValue owned) noexcept : value_(std::move(owned)) {}
   /// Borrows `tensor`, which must outlive this value or its next `replace`.
-  static ShownValue borrowing(const at::Tensor& tensor) noexcept {
+  MODHOOKS_ALWAYS_INLINE static ShownValue borrowing(const at::Tensor& tensor) noexcept {
     ShownValue shown(c10::IValue(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(tensor)));
     shown.borrowed_ = true;
     return shown;
@@ -38,7 +39,15 @@ class ShownValue {
   ShownValue(ShownValue&& other) noexcept
       : value_(std::move(other.value_)), borrowed_(std::exchange(other.borrowed_, false)) {}
   ShownValue& operator=(ShownValue&&) = delete;
-  ~ShownValue() { drop_borrow(); }
+  /// A borrowed value is forgotten, not destroyed: `c10::IValue`'s destructor is an out-of-line
+  /// call that a hooked call would make for nothing (the union keeps the compiler from making it).
+  MODHOOKS_ALWAYS_INLINE ~ShownValue() {
+    if (borrowed_) {
+      c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow(value_);  // no release
+    } else {
+      value_.~IValue();
+    }
+  }
 
   const c10::IValue& get() const noexcept { return value_; }
   void replace(c10::IValue value) noexcept {
@@ -59,7 +68,9 @@ class ShownValue {
     if (borrowed_) c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow(value_);  // no release
     borrowed_ = false;
   }
-  c10::IValue value_;
+  union {
+    c10::IValue value_;
+  };
   bool borrowed_ = false;
 };
 

@@ -140,7 +140,7 @@ std::vector<c10::IValue> box_all(const std::tuple<Ts...>& values) {
 
 /// What forward hooks see of `value`: its boxed form; a tensor is borrowed (see `ShownValue`).
 template <class T>
-ShownValue show(const T& value) {
+MODHOOKS_ALWAYS_INLINE inline ShownValue show(const T& value) {
   if constexpr (std::is_same_v<T, at::Tensor>) {
     return ShownValue::borrowing(value);
   } else {
@@ -148,74 +148,113 @@ ShownValue show(const T& value) {
   }
 }
 
-/// The `args` forward hooks see: forward's arguments boxed, tensors borrowed (see `ShownValue`)
-/// from `values`, which outlive it. Each thread keeps one vector for this, so that a hooked call
-/// allocates nothing; a call nested inside a hook, which finds it in use, takes its own.
+/// The vector of `args` that forward hooks see: one per thread, kept between calls at the size
+/// of the last one, its elements None, so that a hooked call neither allocates nor calls out of
+/// line to fill it. A call nested inside a hook, which finds it in use, takes a vector of its own.
+struct ShownArgsBuffer {
+  std::vector<c10::IValue> args;
+  bool busy = false;
+
+  static ShownArgsBuffer& of_this_thread() noexcept {
+    static thread_local ShownArgsBuffer buffer;
+    return buffer;
+  }
+  /// The rare cases, out of the hooked call's way: a vector of another size, a nested call's own.
+  MODHOOKS_COLD static void resize(std::vector<c10::IValue>& args, std::size_t n);
+  MODHOOKS_COLD static std::vector<c10::IValue>* take_nested(std::size_t n);
+  MODHOOKS_COLD static void give_back_nested(std::vector<c10::IValue>* args) noexcept;
+};
+
+/// The `args` forward hooks see: forward's arguments `values` (a tuple of values or references),
+/// boxed, with tensors borrowed (see `ShownValue`) from `values`, which outlive it. Which
+/// elements are borrowed is known from the types, so taking and giving back the vector is a few
+/// stores per argument.
+template <class Tuple>
 class ShownArgs {
+  static constexpr std::size_t kSize = std::tuple_size_v<Tuple>;
+  template <std::size_t I>
+  static constexpr bool kBorrowed =
+      std::is_same_v<std::decay_t<std::tuple_element_t<I, Tuple>>, at::Tensor>;
+  template <std::size_t... I>
+  static constexpr bool all_borrowed(std::index_sequence<I...>) {
+    return (kBorrowed<I> && ...);
+  }
+  static constexpr bool kAllBorrowed = all_borrowed(std::make_index_sequence<kSize>{});
+
  public:
-  template <class Tuple>
   MODHOOKS_ALWAYS_INLINE explicit ShownArgs(const Tuple& values) {
-    Buffer& buffer = thread_buffer();
-    if (!buffer.busy) {
+    ShownArgsBuffer& buffer = ShownArgsBuffer::of_this_thread();
+    if (C10_LIKELY(!buffer.busy)) {
       buffer.busy = true;
       buffer_ = &buffer;
       args_ = &buffer.args;
+      if (C10_UNLIKELY(args_->size() != kSize)) ShownArgsBuffer::resize(*args_, kSize);
+    } else {
+      args_ = ShownArgsBuffer::take_nested(kSize);
     }
-    try {
-      // Written out rather than std::apply and an unconditional reserve, which stay calls.
-      if (args_->capacity() < std::tuple_size_v<Tuple>) args_->reserve(std::tuple_size_v<Tuple>);
-      push_all(values, std::make_index_sequence<std::tuple_size_v<Tuple>>{});
-    } catch (...) {
-      release();
-      throw;
+    if constexpr (kAllBorrowed) {
+      fill(values, std::make_index_sequence<kSize>{});
+    } else {
+      try {
+        fill(values, std::make_index_sequence<kSize>{});
+      } catch (...) {
+        give_back();
+        throw;
+      }
     }
   }
   ShownArgs(const ShownArgs&) = delete;
   ShownArgs& operator=(const ShownArgs&) = delete;
-  MODHOOKS_ALWAYS_INLINE ~ShownArgs() { release(); }
+  MODHOOKS_ALWAYS_INLINE ~ShownArgs() { give_back(); }
 
   const std::vector<c10::IValue>& get() const noexcept { return *args_; }
 
  private:
-  struct Buffer {
-    std::vector<c10::IValue> args;
-    bool busy = false;
-  };
-  static Buffer& thread_buffer() noexcept {
-    static thread_local Buffer buffer;
-    return buffer;
+  template <std::size_t... I>
+  MODHOOKS_ALWAYS_INLINE void fill(const Tuple& values, std::index_sequence<I...>) {
+    (put<I>(std::get<I>(values)), ...);
   }
 
-  /// Forgets the borrowed tensors without releasing them and frees the thread's vector.
-  MODHOOKS_ALWAYS_INLINE void release() noexcept {
-    for (std::size_t i = 0; i < args_->size() && i < 64; ++i) {
-      if (borrowed_ >> i & 1) c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow((*args_)[i]);
+  /// Each slot holds None, whose destructor does nothing, so the value is constructed over it.
+  template <std::size_t I, class T>
+  MODHOOKS_ALWAYS_INLINE void put(const T& value) {
+    c10::IValue* slot = args_->data() + I;
+    if constexpr (kBorrowed<I>) {
+      new (slot) c10::IValue(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(value));
+    } else {
+      new (slot) c10::IValue(box(value));
     }
-    args_->clear();
-    if (buffer_) buffer_->busy = false;
+    filled_ = I + 1;
   }
 
-  template <class Tuple, std::size_t... I>
-  MODHOOKS_ALWAYS_INLINE void push_all(const Tuple& values, std::index_sequence<I...>) {
-    (push(std::get<I>(values)), ...);
-  }
-
-  template <class T>
-  MODHOOKS_ALWAYS_INLINE void push(const T& value) {
-    if constexpr (std::is_same_v<T, at::Tensor>) {
-      if (args_->size() < 64) {
-        borrowed_ |= std::uint64_t{1} << args_->size();
-        args_->emplace_back(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(value));
-        return;
-      }
+  /// Leaves every slot None again: a borrowed tensor forgotten without a release, an owned value
+  /// released; then frees the thread's vector.
+  MODHOOKS_ALWAYS_INLINE void give_back() noexcept {
+    clear(std::make_index_sequence<kSize>{});
+    if (C10_LIKELY(buffer_ != nullptr)) {
+      buffer_->busy = false;
+    } else {
+      ShownArgsBuffer::give_back_nested(args_);
     }
-    args_->push_back(box(value));
+  }
+  template <std::size_t... I>
+  MODHOOKS_ALWAYS_INLINE void clear(std::index_sequence<I...>) noexcept {
+    (clear_one<I>(), ...);
+  }
+  template <std::size_t I>
+  MODHOOKS_ALWAYS_INLINE void clear_one() noexcept {
+    if (!kAllBorrowed && I >= filled_) return;
+    c10::IValue& slot = (*args_)[I];
+    if constexpr (kBorrowed<I>) {
+      c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow(slot);
+    } else {
+      c10::IValue released = std::move(slot);
+    }
   }
 
-  std::vector<c10::IValue> own_;  // used when the thread's vector is busy
-  std::vector<c10::IValue>* args_ = &own_;
-  Buffer* buffer_ = nullptr;
-  std::uint64_t borrowed_ = 0;  // bit i: (*args_)[i] is borrowed
+  std::vector<c10::IValue>* args_ = nullptr;
+  ShownArgsBuffer* buffer_ = nullptr;  // null: `args_` is a nested call's own
+  std::size_t filled_ = 0;             // slots filled so far (an owned value's boxing may throw)
 };
 
 template <class... Ts>
