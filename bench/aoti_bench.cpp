@@ -66,6 +66,7 @@ void BM_BertLayerPointsNoHooks(benchmark::State& s) { with_points(s, "bert", "la
 void BM_TinyLinearPointsNoHooks(benchmark::State& s) { with_points(s, "tiny", "linears"); }
 void BM_Resnet18BlockNoopHooks(benchmark::State& s) { noop_hooks(s, "resnet18", "blocks"); }
 void BM_TinyLinearNoopHooks(benchmark::State& s) { noop_hooks(s, "tiny", "linears"); }
+void BM_TanhChainNoopHooks(benchmark::State& s) { noop_hooks(s, "chain", "tanhs"); }
 
 BENCHMARK(BM_Resnet18BlockPointsNoHooks)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Resnet18EveryPointNoHooks)->Unit(benchmark::kMicrosecond);
@@ -73,6 +74,7 @@ BENCHMARK(BM_BertLayerPointsNoHooks)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TinyLinearPointsNoHooks)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Resnet18BlockNoopHooks)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TinyLinearNoopHooks)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TanhChainNoopHooks)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -7,7 +7,9 @@ package has, which is what a point can cost beside its call (a point splits a fu
             submodule;
   bert:     a 4-layer BERT from a small config (hidden 128, sequence 64): plain, each layer;
   tiny:     16 Linear(32, 32) + ReLU layers on a 8x32 input: plain, every Linear (16 points),
-            where a point's own cost is not lost in the model's.
+            where a point's own cost is not lost in the model's;
+  chain:    256 Tanh modules on a 1x8 input: plain, every Tanh (256 points), where the firings
+            are most of what a run does, so that their cost stands out of the run's noise.
 """
 import pathlib
 import re
@@ -60,6 +62,10 @@ def main() -> None:
     tiny = torch.nn.Sequential(*[m for _ in range(16) for m in (torch.nn.Linear(32, 32), torch.nn.ReLU())])
     linears = [n for n, m in tiny.named_modules() if isinstance(m, torch.nn.Linear)]
     write(folder, "tiny", tiny, [torch.randn(8, 32)], {"linears": linears})
+
+    chain = torch.nn.Sequential(*[torch.nn.Tanh() for _ in range(256)])
+    tanhs = [n for n, m in chain.named_modules() if isinstance(m, torch.nn.Tanh)]
+    write(folder, "chain", chain, [torch.randn(1, 8)], {"tanhs": tanhs})
 
 
 if __name__ == "__main__":
