@@ -185,10 +185,11 @@ class ShownArgs {
   MODHOOKS_ALWAYS_INLINE explicit ShownArgs(const Tuple& values) {
     ShownArgsBuffer& buffer = ShownArgsBuffer::of_this_thread();
     if (C10_LIKELY(!buffer.busy)) {
+      // Resized before it is marked busy: a resize that throws must not leave it taken.
+      if (C10_UNLIKELY(buffer.args.size() != kSize)) ShownArgsBuffer::resize(buffer.args, kSize);
       buffer.busy = true;
       buffer_ = &buffer;
       args_ = &buffer.args;
-      if (C10_UNLIKELY(args_->size() != kSize)) ShownArgsBuffer::resize(*args_, kSize);
     } else {
       args_ = ShownArgsBuffer::take_nested(kSize);
     }
