@@ -256,6 +256,46 @@ TEST(Call, AlwaysCalledHooksSeeTheOutputAnEarlierHookRaisedOn) {
   EXPECT_EQ(x.use_count(), before);
 }
 
+TEST(Call, EachCallRunsTheKindsOfHooksTheModuleHasNow) {
+  // A call reads which kinds of hooks its module has from one word that the module's lists keep
+  // together: each registration and removal shows in the next call, whichever list it edits.
+  torch::nn::Identity identity;
+  const at::Tensor x = at::randn({2});
+  std::vector<std::string> ran;
+  ScopedHandle plain(modhooks::register_forward_hook(
+      identity, [&](torch::nn::Module&, const IValues&, const c10::IValue&) {
+        ran.emplace_back("forward");
+      }));
+  {
+    ScopedHandle pre(modhooks::register_forward_pre_hook(
+        identity, [&](torch::nn::Module&, const IValues&) { ran.emplace_back("pre"); }));
+    modhooks::call(identity, x);
+    EXPECT_EQ(ran, (std::vector<std::string>{"pre", "forward"}));
+  }
+  ran.clear();
+  modhooks::call(identity, x);
+  EXPECT_EQ(ran, std::vector<std::string>{"forward"});
+  ran.clear();
+  ScopedHandle raises(modhooks::register_forward_hook(
+      identity,
+      [&](torch::nn::Module&, const IValues&, const c10::IValue&) {
+        ran.emplace_back("raises");
+        throw std::runtime_error("hook failed");
+      },
+      modhooks::ForwardHookOptions().prepend(true)));
+  {
+    ScopedHandle always(modhooks::register_forward_hook(
+        identity,
+        [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ran.emplace_back("always"); },
+        modhooks::ForwardHookOptions().always_call(true)));
+    EXPECT_THROW(modhooks::call(identity, x), std::runtime_error);
+    EXPECT_EQ(ran, (std::vector<std::string>{"raises", "always"}));
+  }
+  ran.clear();
+  EXPECT_THROW(modhooks::call(identity, x), std::runtime_error);
+  EXPECT_EQ(ran, std::vector<std::string>{"raises"});
+}
+
 }  // namespace
 
 TEST(Call, AReplacementForwardCannotHoldNamesTheHookAndTheModule) {

@@ -111,14 +111,7 @@ MODHOOKS_ALWAYS_INLINE inline OwnForwardHooks own_forward_hooks_only(
         // None at all: the filter's slot is shared with a hooked module.
         if (!found) return OwnForwardHooks{true, nullptr};
         const NnHooks& hooks = **found;
-        if (!hooks.forward_pre.empty() || !hooks.backward_pre.empty() || !hooks.backward.empty()) {
-          return OwnForwardHooks{false, nullptr};
-        }
-        if (const auto* forward = hooks.forward.entries_guarded()) {
-          for (const auto& entry : *forward) {
-            if (entry.hook.always_call) return OwnForwardHooks{false, nullptr};
-          }
-        }
+        if (!hooks.forward_hooks_only()) return OwnForwardHooks{false, nullptr};
         return OwnForwardHooks{true, hooks.forward.snapshot_guarded()};
       });
 }

@@ -107,7 +107,10 @@ class SharedVector {
   const std::vector<T>* get() const noexcept { return block_ ? &block_->values : nullptr; }
 
  private:
-  struct Block {
+  /// On a cache line of its own: the count and the vector's pointers are one line to fetch again
+  /// after a forward that evicted them, where one in four 16-byte-aligned allocations straddled
+  /// two.
+  struct alignas(64) Block {
     std::atomic<std::int64_t> refs;
     std::vector<T> values;
   };
@@ -116,6 +119,24 @@ class SharedVector {
   MODHOOKS_COLD static void destroy(Block* block) noexcept { delete block; }
 
   Block* block_ = nullptr;
+};
+
+/// Whether a stored hook sends a hooked call down its general path: no hook does unless an
+/// overload for its type, found by argument-dependent lookup, says so (`ForwardHookEntry`'s
+/// `always_call`).
+template <class Hook>
+constexpr bool takes_general_path(const Hook& /*hook*/) noexcept {
+  return false;
+}
+
+/// A word of bits that the lists of one module's tables share (`ModuleHooks::kinds`), and which
+/// of them one list keeps: `nonempty` while it holds hooks, `general` while one of its hooks
+/// `takes_general_path`. A hooked call reads from this one word what kinds of hooks it runs,
+/// where it read a size from each list's own cache line.
+struct KindBits {
+  std::atomic<std::uint32_t>* word = nullptr;
+  std::uint32_t nonempty = 0;
+  std::uint32_t general = 0;
 };
 
 /// An ordered list of hooks of one kind on one module (or the global list of that kind).
@@ -139,10 +160,10 @@ class HookList final : public HookTableBase {
   /// `observer`, when given, hears of every change after the list's lock is released. `guard`,
   /// when given, is the lock that guards the list instead of its own: a module table passes its
   /// lock, so that a hooked call snapshots the module's lists under the one lock it takes to find
-  /// them (see `snapshot_guarded`).
+  /// them (see `snapshot_guarded`). `kinds`, when given, is kept under that guard too.
   explicit HookList(std::atomic<std::int64_t>* counter = nullptr, HookObserver* observer = nullptr,
-                    SpinLock* guard = nullptr)
-      : guard_(guard ? guard : &lock_), counter_(counter), observer_(observer) {}
+                    SpinLock* guard = nullptr, KindBits kinds = {})
+      : kinds_(kinds), guard_(guard ? guard : &lock_), counter_(counter), observer_(observer) {}
   HookList(const HookList&) = delete;
   HookList& operator=(const HookList&) = delete;
   ~HookList() override {
@@ -224,20 +245,33 @@ class HookList final : public HookTableBase {
 
  private:
   /// Swaps in the edited copy; the old one dies after the lock (its hooks' destructors may
-  /// re-enter modhooks), unless a snapshot still holds it.
+  /// re-enter modhooks), unless a snapshot still holds it. The shared word of kinds changes by one
+  /// exclusive-or of this list's old and new bits, so the other lists' bits, which their editors
+  /// may change meanwhile, are never rewritten.
   void publish(Snapshot next) {
+    std::uint32_t bits = 0;
+    if (!next->empty()) bits |= kinds_.nonempty;
+    for (const Entry& entry : *next) {
+      if (takes_general_path(entry.hook)) bits |= kinds_.general;
+    }
     {
       std::lock_guard<SpinLock> lock(*guard_);
       entries_.swap(next);
+      if (kinds_.word) kinds_.word->fetch_xor(bits_ ^ bits, std::memory_order_relaxed);
     }
+    bits_ = bits;
     size_.store(entries_->size(), std::memory_order_release);
   }
 
+  // What a hooked call reads, first after the vtable pointer: one cache line with the word of
+  // kinds that precedes the forward list in `ModuleHooks`.
+  Snapshot entries_ = Snapshot::make({});
+  std::atomic<std::size_t> size_{0};
+  KindBits kinds_;
+  std::uint32_t bits_ = 0;  // this list's bits in `kinds_.word`, changed under `write_mutex_`
   std::mutex write_mutex_;  // one editor at a time, so that the copy is made outside `lock_`
   mutable SpinLock lock_;   // guards the pointer `entries_` between editors and snapshots,
   SpinLock* guard_;         // unless another lock does
-  Snapshot entries_ = Snapshot::make({});
-  std::atomic<std::size_t> size_{0};
   std::atomic<std::int64_t>* counter_;
   HookObserver* observer_;
 };

@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -41,27 +43,54 @@ template <class M>
 using BackwardHookFn =
     std::function<std::optional<TensorList>(M&, const TensorList&, const TensorList&)>;
 
+/// Whether a stored forward hook sends a hooked call down its general path, where a hook that
+/// raises is followed by the always-call hooks (see `KindBits`).
+template <class M>
+constexpr bool takes_general_path(const ForwardHookEntry<M>& entry) noexcept {
+  return entry.always_call;
+}
+
 /// The hook tables of one module, or the global ones. Every list counts into
 /// `call_hooks_active`, which keeps `call` on its fast path while nothing is registered.
 /// `observer`, when given, hears of every hook added or removed (see `HookObserver`); the
 /// tables keep it alive.
+///
+/// Aligned to a cache line, so that the word of kinds and the forward list's snapshot pointer
+/// after it, all that a call with forward hooks only reads of its tables, share one line.
 template <class M>
-struct ModuleHooks {
+struct alignas(64) ModuleHooks {
+  /// The bits of `kinds`: which lists hold hooks, and whether a forward hook is always-call.
+  enum Kind : std::uint32_t {
+    kForward = 1,
+    kAlwaysCall = 2,
+    kForwardPre = 4,
+    kBackwardPre = 8,
+    kBackward = 16,
+  };
+
   /// `guard`, when given, guards the lists instead of their own locks (see `HookList`).
   explicit ModuleHooks(std::shared_ptr<HookObserver> observer = nullptr, SpinLock* guard = nullptr)
       : observer(std::move(observer)), guard(guard) {}
 
-  /// No hook in any list (relaxed loads: a hook added meanwhile may or may not be seen).
-  bool empty() const noexcept {
-    return forward_pre.empty() && forward.empty() && backward_pre.empty() && backward.empty();
+  /// No hook in any list (a relaxed load: a hook added meanwhile may or may not be seen).
+  bool empty() const noexcept { return kinds.load(std::memory_order_relaxed) == 0; }
+  /// Forward hooks are all the lists hold, none of them always-call; read under the tables'
+  /// guard, it agrees with the snapshots taken under it.
+  bool forward_hooks_only() const noexcept {
+    return (kinds.load(std::memory_order_relaxed) & ~std::uint32_t{kForward}) == 0;
   }
 
   std::shared_ptr<HookObserver> observer;  // declared first: the lists report to it as they die
   SpinLock* guard;
-  HookList<ForwardPreHookFn<M>> forward_pre{&call_hooks_active, observer.get(), guard};
-  HookList<ForwardHookEntry<M>> forward{&call_hooks_active, observer.get(), guard};
-  HookList<BackwardPreHookFn<M>> backward_pre{&call_hooks_active, observer.get(), guard};
-  HookList<BackwardHookFn<M>> backward{&call_hooks_active, observer.get(), guard};
+  std::atomic<std::uint32_t> kinds{0};  // `Kind` bits, kept by the lists
+  HookList<ForwardHookEntry<M>> forward{&call_hooks_active, observer.get(), guard,
+                                        KindBits{&kinds, kForward, kAlwaysCall}};
+  HookList<ForwardPreHookFn<M>> forward_pre{&call_hooks_active, observer.get(), guard,
+                                            KindBits{&kinds, kForwardPre, 0}};
+  HookList<BackwardPreHookFn<M>> backward_pre{&call_hooks_active, observer.get(), guard,
+                                              KindBits{&kinds, kBackwardPre, 0}};
+  HookList<BackwardHookFn<M>> backward{&call_hooks_active, observer.get(), guard,
+                                       KindBits{&kinds, kBackward, 0}};
 };
 
 /// The lists of one `ModuleHooks` as one call sees them: snapshots taken when the call starts,
