@@ -130,13 +130,15 @@ MODHOOKS_COLD void unbox_forward_replacement(const torch::nn::Module& module,
 /// Python's `_call_impl` when the module's own forward hooks are all it runs: forward, then the
 /// hooks on what forward received (the caller's arguments, not copies) and its result, each
 /// borrowed. No error path: without always-call hooks, what forward or a hook throws propagates
-/// as it is. Forward evicts this path's code from the instruction cache on a real layer, so what
-/// it costs is mostly the cache lines it spans: two no-op hooks on Linear(16, 16) take 222
-/// instructions and 19 instruction-cache misses a call beside forward (callgrind's cache
-/// simulation on call_bench, the hooks and libtorch's reference counts included), where they
-/// took 355 and 37 while the rare cases (a replacement, a nested call, a dead module's entry)
-/// were inline, the snapshot's count and the shown values' destructors were out-of-line calls,
-/// and the arguments were pushed onto a vector emptied after each call.
+/// as it is. Forward evicts this path's code and data from the first-level caches on a real
+/// layer, so what it costs is mostly the cache lines it spans: two no-op hooks on Conv2d take 196
+/// instructions, 18 instruction-cache and 12.5 data-cache misses a call beside forward
+/// (callgrind's cache simulation on call_bench, the hooks and libtorch's reference counts
+/// included). They took 359 and 38 instruction-cache misses while the rare cases (a
+/// replacement, a nested call, a dead module's entry) were inline, the snapshot's count and the
+/// shown values' destructors were out-of-line calls, and the arguments were pushed onto a vector
+/// emptied after each call; and 16.5 data-cache misses while the kinds of hooks were read from
+/// each list's own line (see `ModuleHooks::kinds`).
 template <class R, class T, class... Args>
 MODHOOKS_ALWAYS_INLINE inline R run_forward_hooks_only(
     T& module, const std::vector<HookList<ForwardHookEntry<torch::nn::Module>>::Entry>& hooks,
