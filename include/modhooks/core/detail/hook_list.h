@@ -104,7 +104,6 @@ class SharedVector {
   explicit operator bool() const noexcept { return block_ != nullptr; }
   const std::vector<T>& operator*() const noexcept { return block_->values; }
   const std::vector<T>* operator->() const noexcept { return &block_->values; }
-  const std::vector<T>* get() const noexcept { return block_ ? &block_->values : nullptr; }
 
  private:
   /// On a cache line of its own: the count and the vector's pointers are one line to fetch again
@@ -224,15 +223,8 @@ class HookList final : public HookTableBase {
     return entries_;
   }
 
-  /// The hooks as they are now (null when there are none), for a caller that holds the list's
-  /// guard and looks at them before it lets go of it: no reference count moves.
-  MODHOOKS_ALWAYS_INLINE const Entries* entries_guarded() const {
-    if (empty()) return nullptr;
-    return entries_.get();
-  }
-
   /// Calls `f(hook)` for each hook of a snapshot, which it keeps alive while iterating (a
-  /// range-for over `*snapshot()` would not: the temporary shared_ptr dies first).
+  /// range-for over `*snapshot()` would not: the temporary snapshot dies first).
   template <class F>
   void for_each(F&& f) const {
     const Snapshot hooks = snapshot();
