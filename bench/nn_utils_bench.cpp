@@ -3,7 +3,9 @@
 // with its baseline in the same run: the layer with modhooks' utility, run through
 // modhooks::call, against a module whose own forward does the same math by hand.
 //   - weight_norm on Linear(256, 256), batch 32, and on Conv1d(64, 64, 3) over 8 x 64 x 128;
-//   - spectral_norm (one power-iteration step per forward) on Linear(256, 256), batch 32.
+//   - spectral_norm (one power-iteration step per forward) on Linear(256, 256), batch 32;
+// and, for a served model (eval mode, no grad, weights unchanged), weight_norm and spectral_norm
+// on Linear(256, 256) against the same Linear without the utility, both through modhooks::call.
 // Python's figures for the same layers come from bench/nn_utils_bench.py (run-bench.sh).
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
@@ -110,6 +112,36 @@ void BM_SpectralNormLinear_Utility_vs_ByHand(benchmark::State& state) {
   by_hand_vs_utility(state, hand, layer, at::randn({32, 256}));
 }
 BENCHMARK(BM_SpectralNormLinear_Utility_vs_ByHand);
+
+/// A served layer: eval mode, no grad, unchanged weights, where the utility keeps the last value.
+template <class Apply>
+void served_vs_plain(benchmark::State& state, Apply apply) {
+  torch::nn::Linear plain(256, 256);
+  torch::nn::Linear layer(256, 256);
+  apply(layer);
+  plain->eval();
+  layer->eval();
+  const at::Tensor x = at::randn({32, 256});
+  at::NoGradGuard no_grad;
+  paired(
+      state, kBatch,
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(plain, x));
+      },
+      [&] {
+        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(layer, x));
+      });
+}
+
+void BM_WeightNormLinear_Served_vs_Plain(benchmark::State& state) {
+  served_vs_plain(state, [](torch::nn::Linear& layer) { nu::weight_norm(layer); });
+}
+BENCHMARK(BM_WeightNormLinear_Served_vs_Plain);
+
+void BM_SpectralNormLinear_Served_vs_Plain(benchmark::State& state) {
+  served_vs_plain(state, [](torch::nn::Linear& layer) { nu::spectral_norm(layer); });
+}
+BENCHMARK(BM_SpectralNormLinear_Served_vs_Plain);
 
 }  // namespace
 

@@ -165,8 +165,10 @@ inline double tolerance() {
   return oracle().at("torch").get<std::string>() == here ? 1e-6 : 1e-4;
 }
 
-/// Whether two tensors agree within `tolerance()`, with the largest difference in the message.
-inline ::testing::AssertionResult near(const at::Tensor& actual, const at::Tensor& expected) {
+/// Whether two tensors agree within `tol` (relative to the larger of 1 and the largest magnitude
+/// expected), with the largest difference in the message.
+inline ::testing::AssertionResult near(const at::Tensor& actual, const at::Tensor& expected,
+                                       double tol = tolerance()) {
   if (!actual.defined() || !expected.defined()) return ::testing::AssertionFailure() << "undefined";
   if (!actual.sizes().equals(expected.sizes()))
     return ::testing::AssertionFailure()
@@ -175,7 +177,7 @@ inline ::testing::AssertionResult near(const at::Tensor& actual, const at::Tenso
   const at::Tensor wanted = expected.to(at::kDouble);
   const double diff = (actual.to(at::kDouble) - wanted).abs().max().item<double>();
   const double scale = std::max(1.0, wanted.abs().max().item<double>());
-  if (diff <= tolerance() * scale) return ::testing::AssertionSuccess();
+  if (diff <= tol * scale) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "differs by up to " << diff << " (scale " << scale << ")";
 }
 

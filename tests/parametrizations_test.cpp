@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "modhooks/nn/utils/weight_norm.h"
+#include "nn_utils_patterns.h"
 #include "nn_utils_scenarios.h"
 
 namespace {
@@ -104,3 +105,6 @@ TEST(TestNNParametrization, Differential) {
 }
 
 }  // namespace
+
+// Python's numbers in the patterns people train with (tests/nn_utils_patterns.h).
+TEST(TestNNParametrization, InTrainingPatterns) { nn_utils_patterns::replay_all({"pwn", "psn"}); }

@@ -7,6 +7,9 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
+#include "modhooks/nn/holder.h"
+#include "modhooks/nn/utils/member.h"
+#include "nn_utils_patterns.h"
 #include "nn_utils_scenarios.h"
 
 namespace {
@@ -81,109 +84,215 @@ at::Tensor weight_of(Linear& model) {
   return model->weight;
 }
 
+/// Python's `with self.assertRaisesRegex(ValueError, text)`: `statement` throws ValueError
+/// whose text starts with `text`.
+#define EXPECT_VALUE_ERROR(statement, text)                          \
+  try {                                                              \
+    statement;                                                       \
+    ADD_FAILURE() << "no ValueError";                                \
+  } catch (const modhooks::ValueError& e) {                          \
+    EXPECT_EQ(std::string(e.what()).rfind(text, 0), 0u) << e.what(); \
+  }
+
+/// One step of SGD on `(model.weight.T @ model.bias).sum()` after a forward (Python reads the
+/// attributes, which compute); returns whether both changed.
+bool step_changes_both(Linear& model, torch::optim::SGD& sgd) {
+  modhooks::call(model, at::zeros({1, 8}));
+  const at::Tensor weight_copy = model->weight.detach().clone();
+  const at::Tensor bias_copy = model->bias.detach().clone();
+  sgd.zero_grad();
+  model->weight.t().matmul(model->bias).sum().backward();
+  sgd.step();
+  modhooks::call(model, at::zeros({1, 8}));
+  return !at::equal(model->weight, weight_copy) && !at::equal(model->bias, bias_copy);
+}
+
 TEST(TestNNParametrization, test_register_and_remove_parametrization) {
   Linear model(8, 8);
-  const c10::TensorImpl* weight_impl = model->weight.unsafeGetTensorImpl();
+  // Python's id(model.weight), id(model.bias).
+  const c10::TensorImpl* initial_weight_id = model->weight.unsafeGetTensorImpl();
+  const c10::TensorImpl* initial_bias_id = model->bias.unsafeGetTensorImpl();
   const at::Tensor initial_weight = model->weight.detach().clone();
   const at::Tensor initial_bias = model->bias.detach().clone();
+  auto has_parametrizations = [&] { return model->named_children().contains("parametrizations"); };
 
-  try {
-    parametrize::register_parametrization(model, "weight", Resize());
-    FAIL();
-  } catch (const modhooks::ValueError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind(
-                  "Registering a parametrization may not change the shape of the tensor", 0),
-              0u);
-  }
+  // Test unsafe flag
+  EXPECT_VALUE_ERROR(parametrize::register_parametrization(model, "weight", Resize()),
+                     "Registering a parametrization may not change the shape of the tensor");
   EXPECT_FALSE(parametrize::is_parametrized(model));
 
+  // One parametrization with unsafe=True
   parametrize::register_parametrization(model, "weight", Resize(), /*unsafe=*/true);
+  EXPECT_TRUE(has_parametrizations());
   EXPECT_TRUE(parametrize::is_parametrized(model));
   EXPECT_TRUE(parametrize::is_parametrized(model, "weight"));
   EXPECT_FALSE(parametrize::is_parametrized(model, "bias"));
   EXPECT_FALSE(model->named_parameters(false).contains("weight"));
   EXPECT_EQ(model->weight.size(0), 1);
   parametrize::remove_parametrizations(model, "weight", /*leave_parametrized=*/false);
-  EXPECT_FALSE(parametrize::is_parametrized(model));
-  EXPECT_FALSE(model->named_children().contains("parametrizations"));
+  EXPECT_FALSE(has_parametrizations());
   EXPECT_TRUE(at::equal(model->weight, initial_weight));
-  EXPECT_EQ(model->weight.unsafeGetTensorImpl(), weight_impl);
+  EXPECT_EQ(model->weight.unsafeGetTensorImpl(), initial_weight_id);
 
-  parametrize::register_parametrization(model, "weight", Resize(), true);
-  parametrize::register_parametrization(model, "weight", NoResize(), false);
-  EXPECT_EQ(parametrize::parametrizations(model, "weight")->size(), 2u);
+  // Two parametrizations with unsafe=True
+  parametrize::register_parametrization(model, "weight", Resize(), /*unsafe=*/true);
+  parametrize::register_parametrization(model, "weight", NoResize(), /*unsafe=*/false);
+  EXPECT_TRUE(has_parametrizations());
+  EXPECT_TRUE(parametrize::is_parametrized(model, "weight"));
+  EXPECT_FALSE(parametrize::is_parametrized(model, "bias"));
+  EXPECT_FALSE(model->named_parameters(false).contains("weight"));
   EXPECT_EQ(model->weight.size(0), 1);
   parametrize::remove_parametrizations(model, "weight", false);
+  EXPECT_FALSE(has_parametrizations());
   EXPECT_TRUE(at::equal(model->weight, initial_weight));
+  EXPECT_EQ(model->weight.unsafeGetTensorImpl(), initial_weight_id);
 
-  parametrize::register_parametrization(model, "weight", Skew(), true);
-  EXPECT_TRUE(at::equal(weight_of(model), -weight_of(model).t()));
-  parametrize::remove_parametrizations(model, "weight", false);
-  EXPECT_TRUE(at::equal(model->weight, initial_weight));
+  // Test unsafe flag doesn't change expected behavior, then one parametrization
+  for (const bool unsafe : {true, false}) {
+    parametrize::register_parametrization(model, "weight", Skew(), unsafe);
+    EXPECT_TRUE(parametrize::is_parametrized(model, "weight"));
+    EXPECT_FALSE(model->named_parameters(false).contains("weight"));
+    const at::Tensor a = weight_of(model);  // Result should be skew-symmetric
+    EXPECT_TRUE(at::equal(a, -a.t()));
+    parametrize::remove_parametrizations(model, "weight", false);
+    EXPECT_FALSE(has_parametrizations());
+    EXPECT_TRUE(at::equal(model->weight, initial_weight));
+    EXPECT_EQ(model->weight.unsafeGetTensorImpl(), initial_weight_id);
+  }
 
+  // Test two parametrizations at the same time and removing them
   parametrize::register_parametrization(model, "weight", Skew());
   parametrize::register_parametrization(model, "weight", Orthogonal());
-  const at::Tensor x = weight_of(model);
+  const at::Tensor x = weight_of(model);  // Result should be orthogonal
   EXPECT_TRUE(at::allclose(x.t().matmul(x), at::eye(8), 1e-5, 1e-5));
-  auto list = parametrize::parametrizations(model, "weight");
-  ASSERT_TRUE(list);
-  EXPECT_TRUE(list->named_parameters(false).contains("original"));
+  EXPECT_TRUE(has_parametrizations());
+  EXPECT_TRUE(parametrize::is_parametrized(model, "weight"));
+  EXPECT_FALSE(parametrize::is_parametrized(model, "bias"));
+  EXPECT_FALSE(model->named_parameters(false).contains("weight"));
+  EXPECT_TRUE(
+      parametrize::parametrizations(model, "weight")->named_parameters(false).contains("original"));
   parametrize::remove_parametrizations(model, "weight", false);
   EXPECT_TRUE(at::equal(model->weight, initial_weight));
+  EXPECT_EQ(model->weight.unsafeGetTensorImpl(), initial_weight_id);
+  EXPECT_FALSE(has_parametrizations());
 
+  // Add everything
   parametrize::register_parametrization(model, "weight", Skew());
   parametrize::register_parametrization(model, "weight", Orthogonal());
   parametrize::register_parametrization(model, "bias", FirstZero());
   parametrize::register_parametrization(model, "bias", LastZero());
-  modhooks::call(model, at::zeros({1, 8}));
+  EXPECT_TRUE(parametrize::is_parametrized(model));
+  EXPECT_TRUE(parametrize::is_parametrized(model, "weight"));
+  EXPECT_TRUE(parametrize::is_parametrized(model, "bias"));
   EXPECT_EQ(model->bias[0].item<float>(), 0.0f);
   EXPECT_EQ(model->bias[-1].item<float>(), 0.0f);
-  EXPECT_EQ(model->parameters().size(), 2u);
+  EXPECT_EQ(model->parameters().size(), 2u);  // Nothing weird has happened
+  // The optimizer holds the originals, which stay the module's tensors.
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01));
-  const at::Tensor weight_copy = model->weight.detach().clone();
-  const at::Tensor bias_copy = model->bias.detach().clone();
-  sgd.zero_grad();
-  modhooks::call(model, at::zeros({1, 8}));
-  model->weight.t().matmul(model->bias).sum().backward();
-  sgd.step();
-  EXPECT_FALSE(at::equal(weight_of(model), weight_copy));
-  EXPECT_FALSE(at::equal(model->bias, bias_copy));
+  EXPECT_TRUE(step_changes_both(model, sgd));
+
+  // Remove first parametrization: the model is still parametrized, and so is the bias
   parametrize::remove_parametrizations(model, "weight", false);
   EXPECT_TRUE(parametrize::is_parametrized(model));
+  EXPECT_FALSE(parametrize::is_parametrized(model, "weight"));
   EXPECT_TRUE(parametrize::is_parametrized(model, "bias"));
+  modhooks::call(model, at::zeros({1, 8}));
+  EXPECT_EQ(model->bias[0].item<float>(), 0.0f);  // Still parametrized
+  EXPECT_EQ(model->bias[-1].item<float>(), 0.0f);
+  EXPECT_FALSE(at::equal(model->weight, initial_weight));             // Has been updated
+  EXPECT_EQ(model->weight.unsafeGetTensorImpl(), initial_weight_id);  // Keeps the same id
+  EXPECT_EQ(model->parameters().size(), 2u);
+  EXPECT_TRUE(step_changes_both(model, sgd));
+
+  // Remove the second parametrization: the module is not parametrized
   parametrize::remove_parametrizations(model, "bias", false);
   EXPECT_FALSE(parametrize::is_parametrized(model));
+  EXPECT_FALSE(at::equal(model->bias, initial_bias));  // Has been updated
+  EXPECT_NE(model->bias[0].item<float>(), 0.0f);       // Not parametrized
+  EXPECT_NE(model->bias[-1].item<float>(), 0.0f);
+  EXPECT_EQ(model->bias.unsafeGetTensorImpl(), initial_bias_id);  // Keeps the same id
+  EXPECT_FALSE(has_parametrizations());
+  EXPECT_EQ(model->parameters().size(), 2u);
+  EXPECT_TRUE(step_changes_both(model, sgd));
 
+  // Test leave_parametrized=True
   for (int i = 0; i < 2; ++i) {
     parametrize::register_parametrization(model, "weight", Skew());
     parametrize::register_parametrization(model, "weight", Orthogonal());
     parametrize::remove_parametrizations(model, "weight", /*leave_parametrized=*/true);
-    // One tensor of the same dtype: the module's member is the same tensor as before.
-    EXPECT_EQ(model->weight.unsafeGetTensorImpl(), weight_impl);
+    // We didn't change the dtype nor had multiple inputs, so the id should be the same
+    EXPECT_EQ(model->weight.unsafeGetTensorImpl(), initial_weight_id);
+    EXPECT_EQ(model->bias.unsafeGetTensorImpl(), initial_bias_id);
     EXPECT_TRUE(model->weight.is_leaf());
     EXPECT_TRUE(at::allclose(model->weight.t().matmul(model->weight), at::eye(8), 1e-5, 1e-5));
+    EXPECT_TRUE(step_changes_both(model, sgd));  // Things are updated
   }
   EXPECT_EQ(modhooks::state_dict(model).keys(), (std::vector<std::string>{"bias", "weight"}));
-  (void)initial_bias;
 }
 
+/// Python's `nn.Linear(8, 8)` after `delattr(model, "bias"); model.bias = Buffer(torch.ones(8))`:
+/// libtorch cannot take a parameter out of a Linear, so a module of the same shape, whose bias is
+/// a buffer that its forward reads from a member it declares.
+struct BufferBiasImpl : torch::nn::Module {
+  at::Tensor weight = register_parameter("weight", at::randn({8, 8}));
+  at::Tensor bias = register_buffer("bias", at::ones({8}));
+  at::Tensor forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
+};
+MODHOOKS_MODULE(BufferBias);
+
 TEST(TestNNParametrization, test_register_and_remove_buffer_parametrization) {
-  Linear model(4, 4);
-  model->register_buffer("weight_buffer", at::randn({4, 4}));
-  parametrize::register_parametrization(model, "weight_buffer", Skew());
-  EXPECT_TRUE(parametrize::is_parametrized(model, "weight_buffer"));
-  EXPECT_FALSE(model->named_buffers(false).contains("weight_buffer"));
-  auto list = parametrize::parametrizations(model, "weight_buffer");
+  BufferBias model;
+  const c10::TensorImpl* initial_bias_id = model->bias.unsafeGetTensorImpl();
+  modhooks::nn::utils::declare_member(model, "bias", model->bias);
+  // Instantiate parametrizations on buffers. It should work as expected
+  parametrize::register_parametrization(model, "bias", FirstZero());
+  parametrize::register_parametrization(model, "bias", LastZero());
+  EXPECT_TRUE(parametrize::is_parametrized(model));
+  EXPECT_TRUE(parametrize::is_parametrized(model, "bias"));
+  EXPECT_FALSE(model->named_buffers(false).contains("bias"));
+  auto list = parametrize::parametrizations(model, "bias");
   EXPECT_TRUE(list->named_buffers(false).contains("original"));
   EXPECT_FALSE(list->named_parameters(false).contains("original"));
-  const at::Tensor a = modhooks::nn::utils::detail::get_tensor(*model, "weight_buffer");
-  EXPECT_TRUE(at::equal(a, -a.t()));
-  parametrize::remove_parametrizations(model, "weight_buffer");
-  EXPECT_TRUE(model->named_buffers(false).contains("weight_buffer"));
-  EXPECT_FALSE(model->named_parameters(false).contains("weight_buffer"));
+  model(at::zeros({1, 8}));  // through the holder: the bias is computed first
+  EXPECT_EQ(model->bias[0].item<float>(), 0.0f);
+  EXPECT_EQ(model->bias[-1].item<float>(), 0.0f);
+  EXPECT_TRUE(at::equal(model->bias.slice(0, 1, -1), at::ones({6})));
+  EXPECT_EQ(model->parameters().size(), 1u);
+
+  // Remove parametrizations on buffers. It should work as expected
+  parametrize::remove_parametrizations(model, "bias", /*leave_parametrized=*/true);
+  EXPECT_FALSE(parametrize::is_parametrized(model));
+  EXPECT_FALSE(parametrize::is_parametrized(model, "bias"));
+  EXPECT_EQ(model->bias[0].item<float>(), 0.0f);
+  EXPECT_EQ(model->bias[-1].item<float>(), 0.0f);
+  EXPECT_TRUE(at::equal(model->bias.slice(0, 1, -1), at::ones({6})));
+  EXPECT_EQ(model->parameters().size(), 1u);
+  EXPECT_TRUE(model->named_buffers(false).contains("bias"));
+  EXPECT_EQ(model->bias.unsafeGetTensorImpl(), initial_bias_id);  // the buffer itself again
 }
 
 TEST(TestNNParametrization, test_caching_parametrization) {
+  Linear model(5, 5);
+  parametrize::register_parametrization(model, "weight", Skew());
+  parametrize::register_parametrization(model, "weight", Orthogonal());
+  // Test that the caching system works: Python reads `model.weight` twice and gets one object;
+  // here two forwards read the member.
+  {
+    parametrize::Cached cached;
+    modhooks::call(model, at::ones({1, 5}));
+    const at::Tensor x = model->weight;
+    modhooks::call(model, at::ones({1, 5}));
+    const at::Tensor y = model->weight;
+    EXPECT_EQ(x.unsafeGetTensorImpl(), y.unsafeGetTensorImpl());
+  }
+  // Outside the scope each forward computes a tensor of its own.
+  modhooks::call(model, at::ones({1, 5}));
+  const at::Tensor x = model->weight;
+  modhooks::call(model, at::ones({1, 5}));
+  EXPECT_NE(x.unsafeGetTensorImpl(), model->weight.unsafeGetTensorImpl());
+}
+
+TEST(TestNNParametrization, CachedComputesOncePerScope) {
   Linear model(3, 3);
   Counting counting;
   parametrize::register_parametrization(model, "weight", counting);
@@ -196,6 +305,25 @@ TEST(TestNNParametrization, test_caching_parametrization) {
   }
   modhooks::call(model, at::ones({1, 3}));
   EXPECT_EQ(counting->calls, at_registration + 2);
+}
+
+/// A right inverse that changes the values and a forward that changes the shape, which the
+/// registration then refuses.
+struct ShrinkImpl : torch::nn::Module {
+  at::Tensor forward(const at::Tensor& x) { return x.slice(0, 0, 1); }
+  at::Tensor right_inverse(const at::Tensor& x) { return x * 3; }
+};
+TORCH_MODULE(Shrink);
+
+TEST(TestNNParametrization, RefusedRegistrationLeavesTheOriginal) {
+  Linear model(4, 4);
+  const at::Tensor weight = model->weight;
+  const at::Tensor before = weight.detach().clone();
+  EXPECT_VALUE_ERROR(parametrize::register_parametrization(model, "weight", Shrink()),
+                     "Registering a parametrization may not change the shape of the tensor");
+  EXPECT_TRUE(at::equal(model->weight, before));
+  EXPECT_TRUE(model->weight.is_same(weight));
+  EXPECT_TRUE(model->named_parameters(false)["weight"].is_same(weight));
 }
 
 TEST(TestNNParametrization, test_parametrization_same_training_mode) {
@@ -315,3 +443,6 @@ TEST(TestNNParametrization, Differential) {
 }
 
 }  // namespace
+
+// Python's numbers in the patterns people train with (tests/nn_utils_patterns.h).
+TEST(TestNNParametrization, InTrainingPatterns) { nn_utils_patterns::replay_all({"psym"}); }

@@ -7,6 +7,7 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
+#include "nn_utils_patterns.h"
 #include "nn_utils_scenarios.h"
 
 namespace {
@@ -126,6 +127,16 @@ TEST(TestPruningNN, test_identity_pruning) {
       at::equal(old_grad_weight, nn_utils_scenarios::parameter_of(*m, "weight_orig").grad()));
   EXPECT_TRUE(at::equal(old_grad_bias, m->bias.grad()));
   EXPECT_TRUE(at::equal(modhooks::call(m, input), modhooks::call(m, input)));
+}
+
+TEST(TestPruningNN, test_pruning_id_consistency) {
+  // Pruning keeps the Parameter (its TensorImpl) a pre-existing optimizer points at.
+  Linear m(torch::nn::LinearOptions(5, 2).bias(false));
+  const c10::TensorImpl* tensor_id = m->parameters().at(0).unsafeGetTensorImpl();
+  prune::random_unstructured(m, "weight", 0.9);
+  EXPECT_EQ(tensor_id, m->parameters().at(0).unsafeGetTensorImpl());
+  prune::remove(m, "weight");
+  EXPECT_EQ(tensor_id, m->parameters().at(0).unsafeGetTensorImpl());
 }
 
 TEST(TestPruningNN, test_random_pruning_0perc) {
@@ -471,3 +482,6 @@ TEST(TestPruningNN, Differential) {
 }
 
 }  // namespace
+
+// Python's numbers in the patterns people train with (tests/nn_utils_patterns.h).
+TEST(TestPruningNN, InTrainingPatterns) { nn_utils_patterns::replay_all({"prune"}); }

@@ -10,6 +10,7 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
+#include "nn_utils_patterns.h"
 #include "nn_utils_scenarios.h"
 
 namespace {
@@ -160,4 +161,21 @@ TEST(TestNN, SpectralNormDifferential) {
   }
 }
 
+TEST(TestNN, SpectralNormKeptWeightKeepsItsValue) {
+  // As in Python: `w = m.weight` after one forward keeps that forward's value after the next
+  // (training mode: each forward steps the power iteration, so the values differ).
+  Linear m(5, 7);
+  nu::spectral_norm(m);
+  modhooks::call(m, at::randn({3, 5}));
+  const at::Tensor kept = m->weight;
+  const at::Tensor value = kept.detach().clone();
+  modhooks::call(m, at::randn({3, 5}));
+  EXPECT_TRUE(at::equal(kept, value));
+  EXPECT_FALSE(kept.is_same(m->weight));
+  EXPECT_FALSE(at::equal(m->weight, value));
+}
+
 }  // namespace
+
+// Python's numbers in the patterns people train with (tests/nn_utils_patterns.h).
+TEST(TestNN, SpectralNormInTrainingPatterns) { nn_utils_patterns::replay_all({"sn"}); }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 
+#include "nn_utils_patterns.h"
 #include "nn_utils_scenarios.h"
 
 namespace {
@@ -130,3 +131,6 @@ TEST(TestNN, WeightNormDifferential) {
 }
 
 }  // namespace
+
+// Python's numbers in the patterns people train with (tests/nn_utils_patterns.h).
+TEST(TestNN, WeightNormInTrainingPatterns) { nn_utils_patterns::replay_all({"wn"}); }

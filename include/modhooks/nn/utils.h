@@ -4,6 +4,7 @@
 
 // Python's `torch.nn.utils` built on hooks, for `torch::nn` modules (docs/nn_utils.md).
 
+#include "modhooks/nn/utils/member.h"
 #include "modhooks/nn/utils/parametrizations.h"
 #include "modhooks/nn/utils/parametrize.h"
 #include "modhooks/nn/utils/prune.h"

@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "attributes.h"
 
-#include <torch/csrc/autograd/variable.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <sstream>
@@ -64,7 +64,7 @@ at::Tensor find_tensor(torch::nn::Module& module, const std::string& name) {
   if (const at::Tensor* found = buffers_of(module).find(name)) return *found;
   if (auto utilities = find_utilities(module)) {
     for (const auto& applied : utilities->applied) {
-      if (applied->name == name) return applied->attribute;
+      if (applied->name == name) return applied->member.get();
     }
   }
   return {};
@@ -85,26 +85,63 @@ void Applied::remove_hooks() noexcept {
   handles.clear();
 }
 
-void Applied::rebind(const at::Tensor& attribute, const at::Tensor& value) {
-  c10::TensorImpl* impl = attribute.unsafeGetTensorImpl();
-  if (impl == value.unsafeGetTensorImpl()) return;
-  // A leaf that requires grad is reached through a view of it, so that the attribute is an
-  // interior tensor whose grad flows to the leaf (Python's attribute is the leaf itself).
-  const at::Tensor shown = value.is_leaf() && value.requires_grad() ? value.view_as(value) : value;
-  // Storage, sizes, strides and dtype; the version counter stays the attribute's own.
-  impl->shallow_copy_from(shown.getIntrusivePtr());
-  impl->set_autograd_meta(nullptr);
-  if (shown.requires_grad())
-    torch::autograd::impl::set_gradient_edge(attribute,
-                                             torch::autograd::impl::gradient_edge(shown));
+namespace {
+
+at::Tensor grad_of(const at::Tensor& tensor) {
+  return tensor.is_leaf() ? tensor.grad() : at::Tensor();
 }
 
-void make_leaf(const at::Tensor& attribute, const at::Tensor& value, bool requires_grad) {
-  c10::TensorImpl* impl = attribute.unsafeGetTensorImpl();
-  const at::Tensor data = value.detach();
-  if (impl != data.unsafeGetTensorImpl()) impl->shallow_copy_from(data.getIntrusivePtr());
-  impl->set_autograd_meta(nullptr);
-  if (requires_grad) attribute.set_requires_grad(true);
+Stamp stamp_of(const at::Tensor& tensor) {
+  at::Tensor grad = grad_of(tensor);
+  const std::int64_t grad_version = grad.defined() ? grad._version() : 0;
+  return {tensor,         tensor.storage(), tensor._version(), tensor.storage_offset(),
+          tensor.dtype(), std::move(grad),  grad_version};
+}
+
+bool same_as(const Stamp& stamp, const at::Tensor& tensor) {
+  if (!stamp.tensor.is_same(tensor) || tensor._version() != stamp.version ||
+      tensor.storage().unsafeGetStorageImpl() != stamp.storage.unsafeGetStorageImpl() ||
+      tensor.storage_offset() != stamp.offset || tensor.dtype() != stamp.dtype) {
+    return false;
+  }
+  const at::Tensor grad = grad_of(tensor);
+  return grad.is_same(stamp.grad) && (!grad.defined() || grad._version() == stamp.grad_version);
+}
+
+}  // namespace
+
+void Applied::assign(const at::Tensor& value) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  member.get() = value;
+  assigned_ = value;
+  stamps_.clear();
+}
+
+bool Applied::unchanged(torch::nn::Module& module) {
+  if (stamps_.empty() || !member.get().is_same(assigned_)) return false;
+  const std::vector<at::Tensor> now = inputs(module);
+  if (now.size() != stamps_.size()) return false;
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    if (!same_as(stamps_[i], now[i])) return false;
+  }
+  return true;
+}
+
+void Applied::before_forward(torch::nn::Module& module) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (!at::GradMode::is_enabled() && !steps(module) && unchanged(module)) return;
+  at::Tensor value = compute(module);
+  member.get() = value;
+  assigned_ = std::move(value);
+  stamps_.clear();
+  for (const at::Tensor& input : inputs(module)) {
+    // An inference tensor keeps no version: its value is never taken as unchanged.
+    if (input.is_inference() || grad_of(input).is_inference()) {
+      stamps_.clear();
+      break;
+    }
+    stamps_.push_back(stamp_of(input));
+  }
 }
 
 std::shared_ptr<Utilities> utilities_for(torch::nn::Module& module) {
@@ -120,13 +157,13 @@ RemovableHandle recompute_before_forward(torch::nn::Module& module,
   std::weak_ptr<Applied> weak = applied;
   return modhooks::register_forward_pre_hook(
       module, [weak](torch::nn::Module& self, const std::vector<c10::IValue>&) {
-        if (auto live = weak.lock()) live->recompute(self);
+        if (auto live = weak.lock()) live->before_forward(self);
       });
 }
 
 void install(torch::nn::Module& module, Utilities& utilities,
              const std::shared_ptr<Applied>& applied) {
-  applied->recompute(module);
+  applied->assign(applied->compute(module));
   applied->handles.push_back(recompute_before_forward(module, applied));
   utilities.applied.push_back(applied);
 }
@@ -164,13 +201,6 @@ void put_buffer(torch::nn::Module& module, const std::string& name, const at::Te
   } else {
     module.register_buffer(name, tensor);
   }
-}
-
-at::Tensor same_parameter(const at::Tensor& parameter) {
-  at::Tensor moved = parameter.variable_data();
-  moved.set_requires_grad(parameter.requires_grad());
-  if (parameter.grad().defined()) moved.mutable_grad() = parameter.grad();
-  return moved;
 }
 
 at::Tensor new_parameter(const at::Tensor& tensor) {

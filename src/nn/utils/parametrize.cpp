@@ -64,8 +64,9 @@ thread_local Cache cache;
 
 /// A parametrized tensor of a module: its attribute is `parametrizations.<name>()`.
 struct Parametrized final : Applied {
-  Parametrized(std::string tensor_name, std::shared_ptr<ParametrizationListImpl> parametrizations)
-      : Applied(std::move(tensor_name)), list(std::move(parametrizations)) {}
+  Parametrized(std::string tensor_name, utils::detail::Member where,
+               std::shared_ptr<ParametrizationListImpl> parametrizations)
+      : Applied(std::move(tensor_name), where), list(std::move(parametrizations)) {}
   at::Tensor compute(torch::nn::Module&) override {
     if (!cache.enabled) return list->forward();
     auto [slot, inserted] = cache.tensors.try_emplace(this);
@@ -78,6 +79,21 @@ struct Parametrized final : Applied {
       }
     }
     return slot->second;
+  }
+  /// The originals and every parameter and buffer of the parametrizations.
+  std::vector<at::Tensor> inputs(torch::nn::Module&) override {
+    std::vector<at::Tensor> all = list->parameters();
+    for (const at::Tensor& buffer : list->buffers()) all.push_back(buffer);
+    return all;
+  }
+  /// A parametrization in training mode may step its state (`_SpectralNorm`'s power iteration),
+  /// so it computes at every forward.
+  bool steps(torch::nn::Module& module) const override {
+    if (module.is_training()) return true;
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      if ((*list)[i].module->is_training()) return true;
+    }
+    return false;
   }
   std::shared_ptr<ParametrizationListImpl> list;
 };
@@ -114,15 +130,12 @@ ParametrizationListImpl::ParametrizationListImpl(Parametrization first, const at
                            original.device().str() +
                            "\nright_inverse(original).device: " + value.device().str());
     }
-    // Python keeps the original Parameter object, set to the right inverse's value. Here it is a
-    // new TensorImpl on the original's storage: the module's member becomes the parametrized
-    // tensor.
-    at::Tensor kept = utils::detail::same_parameter(original);
-    if (first.right_inverse) set_data(kept, value);
+    // Python keeps the original Parameter object, set to the right inverse's value.
+    if (first.right_inverse) set_data(original, value);
     if (original_is_parameter) {
-      register_parameter("original", kept, kept.requires_grad());
+      register_parameter("original", original, original.requires_grad());
     } else {
-      register_buffer("original", kept);
+      register_buffer("original", original);
     }
   } else {
     for (std::size_t i = 0; i < news.size(); ++i) {
@@ -266,7 +279,7 @@ void register_parametrization(torch::nn::Module& module, const std::string& name
     if (!unsafe) check_stacked(name, parametrization, y, x);
     applied->list->append(std::move(parametrization));
     applied->list->unsafe = applied->list->unsafe || unsafe;
-    Applied::rebind(applied->attribute, x);
+    applied->assign(x);
     return;
   }
   const bool is_parameter = ud::parameters_of(module).contains(name);
@@ -279,27 +292,41 @@ void register_parametrization(torch::nn::Module& module, const std::string& name
   }
   const at::Tensor original =
       is_parameter ? ud::parameters_of(module)[name] : ud::buffers_of(module)[name];
-  auto list = std::make_shared<ParametrizationListImpl>(std::move(parametrization), original,
-                                                        is_parameter, unsafe);
-  const at::Tensor first = list->forward();  // what the member holds until the next forward
-  if (!unsafe) {
-    if (first.scalar_type() != original.scalar_type()) {
-      fail<ValueError>("nn.utils.parametrize.dtype",
-                       "Registering a parametrization may not change the dtype of the tensor, "
-                       "unless `unsafe` flag is enabled.\nunparametrized dtype: " +
-                           dtype_text(original) + "\nparametrized dtype: " + dtype_text(first));
+  const ud::Member member = ud::member_for(module, name, original);
+  // The list sets the original to the right inverse's value; a failure below sets it back.
+  const at::Tensor before = original.variable_data();
+  const bool inverts = static_cast<bool>(parametrization.right_inverse);
+  std::shared_ptr<ParametrizationListImpl> list;
+  at::Tensor first;  // what the member holds until the next forward
+  try {
+    list = std::make_shared<ParametrizationListImpl>(std::move(parametrization), original,
+                                                     is_parameter, unsafe);
+    first = list->forward();
+    if (!unsafe) {
+      if (first.scalar_type() != original.scalar_type()) {
+        fail<ValueError>("nn.utils.parametrize.dtype",
+                         "Registering a parametrization may not change the dtype of the tensor, "
+                         "unless `unsafe` flag is enabled.\nunparametrized dtype: " +
+                             dtype_text(original) + "\nparametrized dtype: " + dtype_text(first));
+      }
+      if (!first.sizes().equals(original.sizes())) {
+        fail<ValueError>("nn.utils.parametrize.shape",
+                         "Registering a parametrization may not change the shape of the tensor, "
+                         "unless `unsafe` flag is enabled.\nunparametrized shape: " +
+                             shape_text(original) + "\nparametrized shape: " + shape_text(first));
+      }
     }
-    if (!first.sizes().equals(original.sizes())) {
-      fail<ValueError>("nn.utils.parametrize.shape",
-                       "Registering a parametrization may not change the shape of the tensor, "
-                       "unless `unsafe` flag is enabled.\nunparametrized shape: " +
-                           shape_text(original) + "\nparametrized shape: " + shape_text(first));
-    }
+  } catch (...) {
+    if (inverts) set_data(original, before);
+    throw;
   }
   // Checked: from here on the module changes.
-  auto applied = std::make_shared<Parametrized>(name, list);
-  applied->attribute =
-      is_parameter ? ud::take_parameter(module, name) : ud::take_buffer(module, name);
+  auto applied = std::make_shared<Parametrized>(name, member, list);
+  if (is_parameter) {
+    ud::take_parameter(module, name);
+  } else {
+    ud::take_buffer(module, name);
+  }
   torch::nn::ModuleDict dict{nullptr};
   for (const auto& child : module.named_children()) {
     if (child.key() == "parametrizations") {
@@ -310,7 +337,7 @@ void register_parametrization(torch::nn::Module& module, const std::string& name
   if (dict.is_empty()) dict = module.register_module("parametrizations", torch::nn::ModuleDict());
   dict->update(
       std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>{{name, list}});
-  Applied::rebind(applied->attribute, first);
+  applied->assign(first);
   applied->handles.push_back(ud::recompute_before_forward(module, applied));
   utilities->applied.push_back(applied);
 }
@@ -341,24 +368,20 @@ void remove_parametrizations(torch::nn::Module& module, const std::string& name,
         "Module " + ud::module_repr(module) + " does not have a parametrization on " + name);
   }
   ParametrizationListImpl& list = *applied->list;
-  at::Tensor value;
-  bool requires_grad = false;
-  bool as_parameter = true;
+  at::Tensor value;  // what `name` is again: the original tensor itself where it is one
+  bool as_parameter = false;
   if (list.is_tensor()) {
-    const bool original_is_parameter = list.named_parameters(false).contains("original");
-    const at::Tensor original = original_is_parameter ? list.named_parameters(false)["original"]
-                                                      : list.named_buffers(false)["original"];
+    as_parameter = list.named_parameters(false).contains("original");
+    value = as_parameter ? list.named_parameters(false)["original"]
+                         : list.named_buffers(false)["original"];
     if (leave_parametrized) {
       at::NoGradGuard no_grad;
-      set_data(original, list.forward());
+      set_data(value, list.forward());
     }
-    value = original;
-    requires_grad = original.requires_grad();
-    as_parameter = original_is_parameter;
   } else if (leave_parametrized) {
-    value = list.forward();
-    requires_grad = value.requires_grad();
-    as_parameter = requires_grad;
+    const at::Tensor t = list.forward();
+    as_parameter = t.requires_grad();
+    value = t.detach().requires_grad_(as_parameter);
   } else {
     fail<ValueError>("nn.utils.parametrize.sequence",
                      "Cannot leave unparametrized (`leave_parametrized=False`) a tensor that is "
@@ -373,11 +396,11 @@ void remove_parametrizations(torch::nn::Module& module, const std::string& name,
       if (dict->empty()) module.unregister_module("parametrizations");
     }
   }
-  ud::make_leaf(applied->attribute, value, requires_grad && as_parameter);
+  // Python's `_register_parameter_or_buffer`.
   if (as_parameter) {
-    module.register_parameter(name, applied->attribute, requires_grad);
+    applied->member.get() = module.register_parameter(name, value, value.requires_grad());
   } else {
-    module.register_buffer(name, applied->attribute);
+    applied->member.get() = module.register_buffer(name, value);
   }
 }
 

@@ -125,14 +125,19 @@ at::Tensor drop_entries(const Amount& amount, const at::Tensor& t, const at::Ten
 
 /// The pruned tensor of a module: `name = name_orig * name_mask` (Python's `apply_mask`).
 struct Pruned final : utils::detail::Applied {
-  Pruned(std::string tensor_name, std::shared_ptr<const BasePruningMethod> pruning)
-      : Applied(std::move(tensor_name)),
+  Pruned(std::string tensor_name, utils::detail::Member where,
+         std::shared_ptr<const BasePruningMethod> pruning)
+      : Applied(std::move(tensor_name), where),
         orig_key(name + "_orig"),
         mask_key(name + "_mask"),
         method(std::move(pruning)) {}
   at::Tensor compute(torch::nn::Module& module) override {
     const at::Tensor& orig = utils::detail::parameters_of(module)[orig_key];
     return utils::detail::buffers_of(module)[mask_key].to(orig.scalar_type()) * orig;
+  }
+  std::vector<at::Tensor> inputs(torch::nn::Module& module) override {
+    return {utils::detail::parameters_of(module)[orig_key],
+            utils::detail::buffers_of(module)[mask_key]};
   }
   std::string orig_key, mask_key;  // looked up at each forward, as Python's getattr does
   std::shared_ptr<const BasePruningMethod> method;
@@ -337,21 +342,18 @@ void apply(torch::nn::Module& module, const std::string& name,
     }
     default_mask = at::ones_like(orig);
   }
+  const ud::Member member = old ? old->member : ud::member_for(module, name, orig);
   const at::Tensor mask = combined->compute_mask(scores, default_mask);
   // Computed and checked: from here on the module changes.
-  at::Tensor attribute;
   if (old) {
-    attribute = old->attribute;
     ud::uninstall(module, old);
   } else {
-    attribute = ud::take_parameter(module, name);
-    module.register_parameter(name + "_orig", ud::same_parameter(attribute),
-                              attribute.requires_grad());
+    // Python registers the Parameter object itself as `name_orig`.
+    ud::take_parameter(module, name);
+    module.register_parameter(name + "_orig", orig, orig.requires_grad());
   }
   ud::put_buffer(module, name + "_mask", mask);
-  auto applied = std::make_shared<Pruned>(name, std::move(combined));
-  applied->attribute = attribute;
-  ud::install(module, *utilities, applied);
+  ud::install(module, *utilities, std::make_shared<Pruned>(name, member, std::move(combined)));
 }
 
 void remove(torch::nn::Module& module, const std::string& name) {
@@ -363,12 +365,13 @@ void remove(torch::nn::Module& module, const std::string& name) {
                          " has to be pruned before pruning can be removed");
   }
   const at::Tensor weight = applied->compute(module);
-  const bool requires_grad = ud::parameters_of(module)[name + "_orig"].requires_grad();
+  // Python's `orig.data = weight.data`: the Parameter object is `name` again.
+  at::Tensor orig = ud::parameters_of(module)[name + "_orig"];
+  orig.set_data(weight.detach());
   ud::uninstall(module, applied);
   ud::parameters_of(module).erase(name + "_orig");
   ud::buffers_of(module).erase(name + "_mask");
-  ud::make_leaf(applied->attribute, weight, requires_grad);
-  module.register_parameter(name, applied->attribute, requires_grad);
+  applied->member.get() = module.register_parameter(name, orig, orig.requires_grad());
 }
 
 bool is_pruned(const torch::nn::Module& module) { return has_pruned(module); }
@@ -403,6 +406,7 @@ void global_unstructured(const std::vector<std::pair<Target, std::string>>& para
                       "cannot assign the tensor '" + name + "' to parameter '" + name +
                           "_orig' (torch.nn.Parameter or None required): it is not a parameter");
     }
+    if (!ud::find_applied<Pruned>(module, name)) ud::member_for(module, name, tensor);
     tensors.push_back(tensor);
     const bool scored = !importance_scores.empty() && importance_scores[i].defined();
     scores.push_back((scored ? importance_scores[i] : tensor).view(-1));

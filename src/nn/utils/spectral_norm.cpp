@@ -19,9 +19,9 @@ namespace {
 struct SpectralNorm final : Applied {
   static constexpr std::int64_t kVersion = 1;
 
-  SpectralNorm(std::string tensor_name, std::int64_t iterations, std::int64_t norm_dim,
-               double epsilon)
-      : Applied(std::move(tensor_name)),
+  SpectralNorm(std::string tensor_name, Member where, std::int64_t iterations,
+               std::int64_t norm_dim, double epsilon)
+      : Applied(std::move(tensor_name), where),
         orig_key(name + "_orig"),
         u_key(name + "_u"),
         v_key(name + "_v"),
@@ -40,6 +40,10 @@ struct SpectralNorm final : Applied {
 
   at::Tensor compute(torch::nn::Module& module) override {
     return compute(module, module.is_training());
+  }
+  std::vector<at::Tensor> inputs(torch::nn::Module& module) override {
+    TensorDict& buffers = buffers_of(module);
+    return {parameters_of(module)[orig_key], buffers[u_key], buffers[v_key]};
   }
 
   /// Python's `compute_weight(module, do_power_iteration)`.
@@ -139,24 +143,26 @@ void spectral_norm(torch::nn::Module& module, const std::string& name,
   }
   check_power_iterations(n_power_iterations);
   auto utilities = utilities_for(module);
-  const at::Tensor* weight = parameters_of(module).find(name);
-  if (!weight) modhooks::detail::fail<KeyError>("nn.utils.no_parameter", "'" + name + "'");
-  auto fn = std::make_shared<SpectralNorm>(
-      name, n_power_iterations, dim.value_or(transposed_convolution(module) ? 1 : 0), eps);
+  const at::Tensor* found = parameters_of(module).find(name);
+  if (!found) modhooks::detail::fail<KeyError>("nn.utils.no_parameter", "'" + name + "'");
+  const at::Tensor weight = *found;
+  auto fn =
+      std::make_shared<SpectralNorm>(name, member_for(module, name, weight), n_power_iterations,
+                                     dim.value_or(transposed_convolution(module) ? 1 : 0), eps);
   at::Tensor u, v;
   {
     at::NoGradGuard no_grad;
-    const at::Tensor matrix = fn->to_matrix(*weight);
-    u = normalized(weight->new_empty({matrix.size(0)}).normal_(0, 1), eps);
-    v = normalized(weight->new_empty({matrix.size(1)}).normal_(0, 1), eps);
+    const at::Tensor matrix = fn->to_matrix(weight);
+    u = normalized(weight.new_empty({matrix.size(0)}).normal_(0, 1), eps);
+    v = normalized(weight.new_empty({matrix.size(1)}).normal_(0, 1), eps);
   }
-  const at::Tensor orig = same_parameter(*weight);
-  fn->attribute = take_parameter(module, name);
-  module.register_parameter(name + "_orig", orig, orig.requires_grad());
+  // Python registers the Parameter object itself as `weight_orig`.
+  take_parameter(module, name);
+  module.register_parameter(name + "_orig", weight, weight.requires_grad());
   module.register_buffer(name + "_u", u);
   module.register_buffer(name + "_v", v);
   // Python sets `name` to `weight.data` here; the first forward computes it.
-  Applied::rebind(fn->attribute, orig.detach());
+  fn->assign(weight.variable_data());
   utilities->applied.push_back(fn);
   fn->handles.push_back(recompute_before_forward(module, fn));
   const std::weak_ptr<SpectralNorm> weak = fn;
@@ -189,8 +195,7 @@ void remove_spectral_norm(torch::nn::Module& module, const std::string& name) {
   buffers_of(module).erase(name + "_u");
   buffers_of(module).erase(name + "_v");
   parameters_of(module).erase(name + "_orig");
-  make_leaf(fn->attribute, weight, /*requires_grad=*/true);
-  module.register_parameter(name, fn->attribute);
+  fn->member.get() = module.register_parameter(name, new_parameter(weight));
 }
 
 }  // namespace nn::utils::detail

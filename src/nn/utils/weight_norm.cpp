@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 #include "attributes.h"
 #include "modhooks/core/error.h"
 
@@ -13,11 +15,18 @@ namespace {
 
 /// Python's `WeightNorm` hook object.
 struct WeightNorm final : Applied {
-  WeightNorm(std::string tensor_name, std::int64_t norm_dim)
-      : Applied(std::move(tensor_name)), g_key(name + "_g"), v_key(name + "_v"), dim(norm_dim) {}
+  WeightNorm(std::string tensor_name, Member where, std::int64_t norm_dim)
+      : Applied(std::move(tensor_name), where),
+        g_key(name + "_g"),
+        v_key(name + "_v"),
+        dim(norm_dim) {}
   at::Tensor compute(torch::nn::Module& module) override {
     TensorDict& parameters = parameters_of(module);
     return at::_weight_norm(parameters[v_key], parameters[g_key], dim);
+  }
+  std::vector<at::Tensor> inputs(torch::nn::Module& module) override {
+    TensorDict& parameters = parameters_of(module);
+    return {parameters[g_key], parameters[v_key]};
   }
   std::string g_key, v_key;  // looked up at each forward, as Python's getattr does
   std::int64_t dim;
@@ -34,9 +43,12 @@ void weight_norm(torch::nn::Module& module, const std::string& name,
   }
   auto utilities = utilities_for(module);
   const at::Tensor weight = get_tensor(module, name);
-  auto applied = std::make_shared<WeightNorm>(name, dim.value_or(-1));
+  if (!parameters_of(module).contains(name))
+    modhooks::detail::fail<KeyError>("nn.utils.no_parameter", "'" + name + "'");
+  auto applied =
+      std::make_shared<WeightNorm>(name, member_for(module, name, weight), dim.value_or(-1));
   const at::Tensor g = new_parameter(at::norm_except_dim(weight, 2, applied->dim));
-  applied->attribute = take_parameter(module, name);
+  take_parameter(module, name);
   module.register_parameter(name + "_g", g);
   module.register_parameter(name + "_v", new_parameter(weight));
   install(module, *utilities, applied);
@@ -53,8 +65,7 @@ void remove_weight_norm(torch::nn::Module& module, const std::string& name) {
   uninstall(module, applied);
   parameters_of(module).erase(name + "_g");
   parameters_of(module).erase(name + "_v");
-  make_leaf(applied->attribute, weight, /*requires_grad=*/true);
-  module.register_parameter(name, applied->attribute);
+  applied->member.get() = module.register_parameter(name, new_parameter(weight));
 }
 
 }  // namespace nn::utils::detail

@@ -1,0 +1,203 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/instancenorm.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/modules/rnn.h>
+
+#include <initializer_list>
+#include <string_view>
+
+#include "attributes.h"
+#include "modhooks/core/error.h"
+#include "modhooks/nn/utils/member.h"
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace nn::utils::detail {
+namespace {
+
+namespace tn = torch::nn;
+
+template <class Impl>
+using Fields = std::initializer_list<std::pair<std::string_view, at::Tensor Impl::*>>;
+
+/// The member of `Impl` named `name` among `fields`, where `module` is an `Impl`.
+template <class Impl>
+at::Tensor* field(torch::nn::Module& module, const std::string& name, Fields<Impl> fields) {
+  auto* impl = dynamic_cast<Impl*>(&module);
+  if (impl == nullptr) return nullptr;
+  for (const auto& [key, pointer] : fields) {
+    if (key == name) return &(impl->*pointer);
+  }
+  return nullptr;
+}
+
+/// `weight` and `bias` of the layers that have just these two.
+template <class... Impls>
+at::Tensor* weight_and_bias(torch::nn::Module& module, const std::string& name) {
+  at::Tensor* found = nullptr;
+  ((found = found
+                ? found
+                : field<Impls>(module, name, {{"weight", &Impls::weight}, {"bias", &Impls::bias}})),
+   ...);
+  return found;
+}
+
+template <class... Impls>
+at::Tensor* batch_norm(torch::nn::Module& module, const std::string& name) {
+  at::Tensor* found = nullptr;
+  ((found = found ? found
+                  : field<Impls>(module, name,
+                                 {{"weight", &Impls::weight},
+                                  {"bias", &Impls::bias},
+                                  {"running_mean", &Impls::running_mean},
+                                  {"running_var", &Impls::running_var},
+                                  {"num_batches_tracked", &Impls::num_batches_tracked}})),
+   ...);
+  return found;
+}
+
+template <class... Impls>
+at::Tensor* rnn_cell(torch::nn::Module& module, const std::string& name) {
+  at::Tensor* found = nullptr;
+  ((found = found ? found
+                  : field<Impls>(module, name,
+                                 {{"weight_ih", &Impls::weight_ih},
+                                  {"weight_hh", &Impls::weight_hh},
+                                  {"bias_ih", &Impls::bias_ih},
+                                  {"bias_hh", &Impls::bias_hh}})),
+   ...);
+  return found;
+}
+
+/// An RNN's forward reads `flat_weights_` (Python's `_flat_weights`, which its `__setattr__`
+/// keeps in step with the attributes): protected, so reached through a class derived from it.
+template <class Impl>
+Member flat_weight(torch::nn::Module& module, const std::string& name) {
+  using Base = tn::detail::RNNImplBase<Impl>;
+  struct Access : Base {
+    static std::vector<at::Tensor>& weights(Base& rnn) { return rnn.*(&Access::flat_weights_); }
+    static const std::vector<std::string>& names(Base& rnn) {
+      return rnn.*(&Access::flat_weights_names_);
+    }
+  };
+  auto* rnn = dynamic_cast<Base*>(&module);
+  if (rnn == nullptr) return {};
+  const std::vector<std::string>& names = Access::names(*rnn);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return Member(&Access::weights(*rnn), i);
+  }
+  return {};
+}
+
+/// The members libtorch's layers read in their forward.
+Member layer_member(torch::nn::Module& module, const std::string& name) {
+  at::Tensor* found =
+      weight_and_bias<tn::LinearImpl, tn::BilinearImpl, tn::Conv1dImpl, tn::Conv2dImpl,
+                      tn::Conv3dImpl, tn::ConvTranspose1dImpl, tn::ConvTranspose2dImpl,
+                      tn::ConvTranspose3dImpl, tn::LayerNormImpl, tn::GroupNormImpl>(module, name);
+  if (found == nullptr) {
+    found = batch_norm<tn::BatchNorm1dImpl, tn::BatchNorm2dImpl, tn::BatchNorm3dImpl,
+                       tn::InstanceNorm1dImpl, tn::InstanceNorm2dImpl, tn::InstanceNorm3dImpl>(
+        module, name);
+  }
+  if (found == nullptr) {
+    found = rnn_cell<tn::RNNCellImpl, tn::LSTMCellImpl, tn::GRUCellImpl>(module, name);
+  }
+  if (found == nullptr)
+    found = field<tn::EmbeddingImpl>(module, name, {{"weight", &tn::EmbeddingImpl::weight}});
+  if (found == nullptr) {
+    found = field<tn::EmbeddingBagImpl>(module, name, {{"weight", &tn::EmbeddingBagImpl::weight}});
+  }
+  if (found == nullptr)
+    found = field<tn::PReLUImpl>(module, name, {{"weight", &tn::PReLUImpl::weight}});
+  if (found == nullptr) {
+    using MHA = tn::MultiheadAttentionImpl;
+    found = field<MHA>(module, name,
+                       {{"in_proj_weight", &MHA::in_proj_weight},
+                        {"in_proj_bias", &MHA::in_proj_bias},
+                        {"bias_k", &MHA::bias_k},
+                        {"bias_v", &MHA::bias_v},
+                        {"q_proj_weight", &MHA::q_proj_weight},
+                        {"k_proj_weight", &MHA::k_proj_weight},
+                        {"v_proj_weight", &MHA::v_proj_weight}});
+  }
+  if (found != nullptr) return Member(found);
+  if (Member rnn = flat_weight<tn::RNNImpl>(module, name)) return rnn;
+  if (Member rnn = flat_weight<tn::LSTMImpl>(module, name)) return rnn;
+  return flat_weight<tn::GRUImpl>(module, name);
+}
+
+std::string class_name(const torch::nn::Module& module) {
+  return modhooks::detail::python_class_name(module);
+}
+
+}  // namespace
+
+at::Tensor& Member::get() const {
+  if (tensor_ != nullptr) return *tensor_;
+  if (list_ == nullptr || index_ >= list_->size()) {
+    modhooks::detail::fail<RuntimeError>("nn.utils.member.gone",
+                                         "the module's flat weights no longer hold the tensor a "
+                                         "utility computes");
+  }
+  return (*list_)[index_];
+}
+
+Member find_member(torch::nn::Module& module, const std::string& name) {
+  if (auto utilities = find_utilities(module)) {
+    for (const auto& [key, member] : utilities->members) {
+      if (key == name) return Member(member);
+    }
+  }
+  return layer_member(module, name);
+}
+
+Member member_for(torch::nn::Module& module, const std::string& name, const at::Tensor& tensor) {
+  const Member member = find_member(module, name);
+  if (!member) {
+    modhooks::detail::fail<RuntimeError>(
+        "nn.utils.member.unknown",
+        "modhooks cannot tell which member of " + class_name(module) + " its forward reads as '" +
+            name + "'; declare it before applying the utility: " +
+            "modhooks::nn::utils::declare_member(module, \"" + name + "\", module->" + name + ")");
+  }
+  if (!member.get().is_same(tensor)) {
+    modhooks::detail::fail<RuntimeError>(
+        "nn.utils.member.other_tensor",
+        "the member of " + class_name(module) + " read as '" + name +
+            "' holds another tensor than the one registered as '" + name + "'");
+  }
+  return member;
+}
+
+void declare_member(torch::nn::Module& module, const std::string& name, at::Tensor& member) {
+  const at::Tensor* registered = parameters_of(module).find(name);
+  if (registered == nullptr) registered = buffers_of(module).find(name);
+  if (registered == nullptr) {
+    modhooks::detail::fail<AttributeError>(
+        "nn.utils.no_attribute",
+        "'" + class_name(module) + "' object has no attribute '" + name + "'");
+  }
+  if (!member.is_same(*registered)) {
+    modhooks::detail::fail<RuntimeError>(
+        "nn.utils.member.other_tensor",
+        "the member of " + class_name(module) + " declared as '" + name +
+            "' holds another tensor than the one registered as '" + name + "'");
+  }
+  auto utilities = utilities_for(module);
+  for (auto& [key, pointer] : utilities->members) {
+    if (key == name) {
+      pointer = &member;
+      return;
+    }
+  }
+  utilities->members.emplace_back(name, &member);
+}
+
+}  // namespace nn::utils::detail
+MODHOOKS_END_NAMESPACE
