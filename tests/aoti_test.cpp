@@ -501,6 +501,44 @@ TEST(AotiErrors, HookThatThrowsEndsTheRunWithItsExceptionAndTheNextRunWorks) {
   expect_close(kept, {c.fired(static_cast<int>(relu))[0]}, "kept before the throw");
 }
 
+TEST(AotiErrors, AHookThatRunsItsOwnModelWhileEveryRunnerServesRaises) {
+  Case c("branchy");
+  modhooks::aoti::Model net(c.path);  // one runner, which the outer run holds
+  bool again = true;
+  auto h = modhooks::register_forward_hook(
+      net.point("relu"),
+      [&](const modhooks::aoti::Point&, const std::vector<c10::IValue>&, const c10::IValue&) {
+        if (again) net.run(c.inputs());
+      });
+  EXPECT_ERROR(net.run(c.inputs()), RuntimeError, "aoti.model.reentrant_run");
+  again = false;
+  expect_close(net.run(c.inputs()), c.outputs(), "the next run");
+  // With two runners the nested run takes the second one.
+  modhooks::aoti::Model two(c.path, /*num_runners=*/2);
+  int firings = 0;
+  auto h2 = modhooks::register_forward_hook(
+      two.point("relu"),
+      [&](const modhooks::aoti::Point&, const std::vector<c10::IValue>&, const c10::IValue&) {
+        if (firings++ == 0) expect_close(two.run(c.inputs()), c.outputs(), "the nested run");
+      });
+  expect_close(two.run(c.inputs()), c.outputs(), "the outer run");
+  const auto order = c.order();
+  EXPECT_EQ(firings, 2 * std::count(order.begin(), order.end(), "relu"));  // two runs
+}
+
+TEST(AotiErrors, NoRunnersAndAMovedFromModelAreErrors) {
+  EXPECT_ERROR(modhooks::aoti::Model(package("branchy.pt2"), 0), ValueError,
+               "aoti.model.num_runners");
+  Case c("branchy");
+  modhooks::aoti::Model net(c.path);
+  modhooks::aoti::Model moved(std::move(net));
+  EXPECT_ERROR(net.run(c.inputs()), RuntimeError, "aoti.model.moved_from");  // NOLINT
+  EXPECT_ERROR(net.point("relu"), RuntimeError, "aoti.model.moved_from");
+  EXPECT_ERROR(net.points(), RuntimeError, "aoti.model.moved_from");
+  EXPECT_ERROR(net.path(), RuntimeError, "aoti.model.moved_from");
+  expect_close(moved.run(c.inputs()), c.outputs(), "the model moved to");
+}
+
 // The GPU machine's check (scripts/device-check.sh) writes this package with
 // `aoti_packages.py <dir> --cuda`; elsewhere there is none and the case skips.
 TEST(AotiCuda, PackageCompiledForCudaFiresHooksOnDeviceTensors) {

@@ -16,7 +16,6 @@
 #include <torch/version.h>
 
 #include <algorithm>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -103,11 +102,8 @@ inline void apply_utility(const Built& b, const std::string& utility) {
 inline std::string oracle_dir() { return MODHOOKS_FIXTURES "/nn_utils/patterns/"; }
 
 inline const nlohmann::json& table() {
-  static const nlohmann::json parsed = [] {
-    std::ifstream file(oracle_dir() + "patterns.json");
-    if (!file) throw std::runtime_error("no patterns.json: run the python_oracle test first");
-    return nlohmann::json::parse(file);
-  }();
+  static const nlohmann::json parsed =
+      nn_utils_scenarios::oracle_json(oracle_dir() + "patterns.json");
   return parsed;
 }
 
@@ -183,7 +179,9 @@ inline void replay(const std::string& name) {
       (real - fake).backward();
       for (std::size_t i = 0; i < inputs.size(); ++i) {
         const std::string key = "step" + std::to_string(step) + ".grad_x" + std::to_string(i);
-        if (inputs[i].requires_grad()) EXPECT_TRUE(near(inputs[i].grad(), record.at(key))) << key;
+        if (inputs[i].requires_grad()) {
+          EXPECT_TRUE(near(inputs[i].grad(), record.at(key))) << key;
+        }
       }
     } else {
       b.forward(xs[0]).pow(2).sum().backward();

@@ -146,13 +146,16 @@ inline modhooks::StateDict under(const modhooks::StateDict& record, const std::s
   return out;
 }
 
+/// A JSON file an oracle wrote.
+inline nlohmann::json oracle_json(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw std::runtime_error("no " + path + ": run the python_oracle test first");
+  return nlohmann::json::parse(file);
+}
+
 /// The oracle's torch version ("2.15") and its scenarios' names.
 inline const nlohmann::json& oracle() {
-  static const nlohmann::json parsed = [] {
-    std::ifstream file(oracle_dir() + "oracle.json");
-    if (!file) throw std::runtime_error("no oracle.json: run the python_oracle test first");
-    return nlohmann::json::parse(file);
-  }();
+  static const nlohmann::json parsed = oracle_json(oracle_dir() + "oracle.json");
   return parsed;
 }
 

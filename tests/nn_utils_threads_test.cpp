@@ -52,36 +52,33 @@ int serve(modhooks::Sequential& model, const at::Tensor& x, const at::Tensor& ex
   return wrong.load();
 }
 
+/// The model in eval mode, its output on one thread inside `Guard`, then four threads running
+/// 200 forwards each inside `Guard`: every output that one, and no member written.
+template <class Guard>
+void serve_without_writes(Served& s, const at::Tensor& x) {
+  s.model->eval();
+  at::Tensor expected;
+  {
+    Guard guard;
+    expected = modhooks::call(s.model, x);
+  }
+  const std::vector<at::Tensor> before = s.members();
+  EXPECT_EQ(serve<Guard>(s.model, x, expected, 4, 200), 0);
+  const std::vector<at::Tensor> after = s.members();
+  for (std::size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(after[i].is_same(before[i])) << i;
+}
+
 TEST(NnUtilsThreads, ServedWithoutGradFromFourThreads) {
   Served s;
   const at::Tensor x = at::randn({4, 16});
   s.model->train();
   modhooks::call(s.model, x).sum().backward();  // trained a step: the next forward computes
-  s.model->eval();
-  at::Tensor expected;
-  {
-    at::NoGradGuard no_grad;
-    expected = modhooks::call(s.model, x);
-  }
-  const std::vector<at::Tensor> before = s.members();
-  EXPECT_EQ(serve<at::NoGradGuard>(s.model, x, expected, 4, 200), 0);
-  const std::vector<at::Tensor> after = s.members();
-  for (std::size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(after[i].is_same(before[i])) << i;
+  serve_without_writes<at::NoGradGuard>(s, x);
 }
 
 TEST(NnUtilsThreads, ServedInInferenceModeFromFourThreads) {
   Served s;
-  s.model->eval();
-  const at::Tensor x = at::randn({4, 16});
-  at::Tensor expected;
-  {
-    c10::InferenceMode inference;
-    expected = modhooks::call(s.model, x);
-  }
-  const std::vector<at::Tensor> before = s.members();
-  EXPECT_EQ(serve<c10::InferenceMode>(s.model, x, expected, 4, 200), 0);
-  const std::vector<at::Tensor> after = s.members();
-  for (std::size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(after[i].is_same(before[i])) << i;
+  serve_without_writes<c10::InferenceMode>(s, at::randn({4, 16}));
 }
 
 TEST(NnUtilsThreads, TheFirstServedForwardsRaceToComputeOnce) {
@@ -127,6 +124,33 @@ TEST(NnUtilsThreads, AServedForwardSeesAnOptimizersStep) {
     modhooks::call(layer, x).pow(2).sum().backward();
     sgd.step();
   }
+}
+
+TEST(NnUtilsThreads, WhatAServedForwardSeesOfAWrite) {
+  // docs/nn_utils.md: a write in place on a parameter bumps its version, which the next served
+  // forward sees; a write through `.data()` has a version counter of its own, and a served
+  // forward sees it only once a backward pass or a forward that computes came between.
+  Linear layer(4, 4);
+  nu::weight_norm(layer);
+  layer->eval();
+  const at::Tensor x = at::randn({2, 4});
+  const at::Tensor g = layer->named_parameters()["weight_g"];
+  auto served = [&] {
+    at::NoGradGuard no_grad;
+    return modhooks::call(layer, x);
+  };
+  const at::Tensor y0 = served();
+  {
+    at::NoGradGuard no_grad;
+    g.mul_(2);
+  }
+  const at::Tensor y1 = served();
+  EXPECT_FALSE(at::equal(y1, y0));
+  g.data().mul_(2);
+  EXPECT_TRUE(at::equal(served(), y1));                           // not seen
+  const at::Tensor computed = modhooks::call(layer, x).detach();  // with grad: computes
+  EXPECT_FALSE(at::equal(computed, y1));
+  EXPECT_TRUE(at::equal(served(), computed));
 }
 
 }  // namespace

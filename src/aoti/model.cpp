@@ -68,6 +68,7 @@ class AotiModel {
   }
 
   std::string path;
+  std::size_t runners;
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
   std::vector<std::unique_ptr<aoti::Point>> points;
   std::vector<std::string> names;
@@ -376,7 +377,11 @@ void input_point(at::TensorList xs, at::TensorList outs, const at::Tensor& /*tok
 
 AotiModel::AotiModel(std::string path_, std::size_t num_runners, const std::string& model_name,
                      int device_index)
-    : path(std::move(path_)) {
+    : path(std::move(path_)), runners(num_runners) {
+  if (num_runners == 0) {
+    fail<ValueError>("aoti.model.num_runners",
+                     "modhooks: num_runners must be at least 1 (loading " + path + ")");
+  }
   bool exists = false;
   if (!zip_file(path, exists)) {
     if (!exists) {
@@ -438,10 +443,19 @@ Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
-const std::vector<std::string>& Model::points() const noexcept { return impl_->names; }
+modhooks::detail::AotiModel& Model::live() const {
+  if (!impl_) {
+    modhooks::detail::fail<RuntimeError>(
+        "aoti.model.moved_from",
+        "modhooks: this aoti::Model was moved from; use the Model it was moved to");
+  }
+  return *impl_;
+}
+
+const std::vector<std::string>& Model::points() const { return live().names; }
 
 const Point& Model::point(const std::string& name) const {
-  if (const Point* p = impl_->find(name)) return *p;
+  if (const Point* p = live().find(name)) return *p;
   std::string listed;
   for (const auto& n : impl_->names) listed += (listed.empty() ? "'" : ", '") + n + "'";
   modhooks::detail::fail<KeyError>(
@@ -453,27 +467,39 @@ const Point& Model::point(const std::string& name) const {
 
 std::vector<at::Tensor> Model::run(const std::vector<at::Tensor>& inputs) {
   using modhooks::detail::Run;
-  Run run{impl_.get(), modhooks::detail::current_run, nullptr, {}};
-  run.args.resize(impl_->points.size());
+  modhooks::detail::AotiModel& model = live();
+  std::size_t serving = 0;  // this model's runs under way on this thread, each holding a runner
+  for (const Run* r = modhooks::detail::current_run; r != nullptr; r = r->outer) {
+    serving += r->model == &model ? 1 : 0;
+  }
+  if (serving >= model.runners) {
+    modhooks::detail::fail<RuntimeError>(
+        "aoti.model.reentrant_run",
+        "modhooks: a hook ran " + model.path + " again while its " + std::to_string(model.runners) +
+            " runner(s) serve runs on this thread, so the run would wait forever; load the "
+            "Model with more runners (num_runners) or run another Model");
+  }
+  Run run{&model, modhooks::detail::current_run, nullptr, {}};
+  run.args.resize(model.points.size());
   modhooks::detail::current_run = &run;
   struct Restore {
     Run& run;
     ~Restore() { modhooks::detail::current_run = run.outer; }
   } restore{run};
   try {
-    return impl_->loader->run(inputs);
+    return model.loader->run(inputs);
   } catch (const std::exception& e) {
     if (run.error) std::rethrow_exception(run.error);
     modhooks::detail::fail<RuntimeError>(
-        "aoti.model.run_failed", "modhooks: running " + impl_->path + " failed: " + e.what());
+        "aoti.model.run_failed", "modhooks: running " + model.path + " failed: " + e.what());
   }
 }
 
 std::unordered_map<std::string, std::string> Model::metadata() const {
-  return impl_->loader->get_metadata();
+  return live().loader->get_metadata();
 }
 
-const std::string& Model::path() const noexcept { return impl_->path; }
+const std::string& Model::path() const { return live().path; }
 
 }  // namespace aoti
 

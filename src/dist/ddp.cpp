@@ -248,7 +248,10 @@ class TranslatingCommHook : public c10d::CommHookInterface {
     } catch (const std::exception& e) {
       std::rethrow_exception(backward_error(e.what()));
     }
-    auto translated = c10::make_intrusive<c10::ivalue::Future>(future->elementType());
+    // The collective's devices: c10's Future records (CUDA) events, which the Reducer waits on
+    // before it copies the bucket into `.grad`, only for the devices it is given.
+    auto translated =
+        c10::make_intrusive<c10::ivalue::Future>(future->elementType(), future->devices());
     future->addCallback([translated](c10::ivalue::Future& done) {
       if (done.hasError()) {
         translated->setError(backward_error(done.tryRetrieveErrorMessage()));
@@ -365,8 +368,11 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
   // size mismatch) and all raise the same error.
   const int rank = s.group->getRank(), world = s.group->getSize();
   {
-    at::Tensor mine = torch::tensor(
-        {static_cast<int64_t>(params.size()), detail::model_signature(params)}, torch::kInt64);
+    // On the parameters' device: a NCCL group has no CPU backend.
+    at::Tensor mine =
+        torch::tensor({static_cast<int64_t>(params.size()), detail::model_signature(params)},
+                      torch::kInt64)
+            .to(params.empty() ? at::Device(at::kCPU) : params.front().device());
     std::vector<std::vector<at::Tensor>> all(1);
     for (int r = 0; r < world; ++r) all[0].push_back(torch::empty_like(mine));
     std::vector<at::Tensor> input{mine};

@@ -13,8 +13,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace dist = modhooks::dist;
@@ -57,6 +62,17 @@ class DdpWorldOfOne : public ::testing::TestWithParam<std::string> {
     std::filesystem::remove(store_);
   }
   std::string backend() const { return GetParam(); }
+  /// A model for DDP and a bare copy of it with the same weights, both on the backend's device.
+  template <class Holder>
+  std::pair<Holder, Holder> twins(std::uint64_t seed) const {
+    torch::manual_seed(seed);
+    Holder net;
+    Holder bare;
+    modhooks::load_state_dict(bare, modhooks::state_dict(net));
+    net->to(device());
+    bare->to(device());
+    return {net, bare};
+  }
   at::Device device() const {
     return backend() == "nccl" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   }
@@ -65,12 +81,7 @@ class DdpWorldOfOne : public ::testing::TestWithParam<std::string> {
 
 TEST_P(DdpWorldOfOne, TrainsAsTheBareModelWithItsGradientsThroughTheBackend) {
   EXPECT_EQ(dist::get_world_size(), 1);
-  torch::manual_seed(7);
-  Net net;
-  Net bare;
-  modhooks::load_state_dict(bare, modhooks::state_dict(net));
-  net->to(device());
-  bare->to(device());
+  auto [net, bare] = twins<Net>(7);
 
   // 0.01 MB buckets: after the first step (one bucket, as in Python) several a step.
   dist::DistributedDataParallel ddp(net, dist::DDPOptions().bucket_cap_mb(0.01));
@@ -106,6 +117,53 @@ TEST_P(DdpWorldOfOne, TrainsAsTheBareModelWithItsGradientsThroughTheBackend) {
     EXPECT_EQ(ours.device(), device()) << key;
     EXPECT_TRUE(torch::allclose(ours, value, /*rtol=*/1e-5, /*atol=*/1e-6))
         << key << ": differs from the bare model by " << (ours - value).abs().max().item<double>();
+  }
+}
+
+/// What models return beside tensors, as Python's DDP takes them: an undefined tensor (libtorch's
+/// MultiheadAttention without weights; Python's None), and tensors only inside an optional and a
+/// map, which DDP must find to see which parameters the loss uses.
+struct OutputsImpl : torch::nn::Module {
+  OutputsImpl()
+      : fc(register_module("fc", torch::nn::Linear(4, 3))),
+        idle(register_module("idle", torch::nn::Linear(4, 3))) {}
+  std::tuple<at::Tensor, std::optional<at::Tensor>, std::unordered_map<std::string, at::Tensor>>
+  forward(const at::Tensor& x) {
+    const at::Tensor y = modhooks::call(fc, x);
+    return {at::Tensor(), y * 2, {{"y", y * 3}}};
+  }
+  torch::nn::Linear fc, idle;  // idle: never used, so find_unused_parameters has work
+};
+TORCH_MODULE(Outputs);
+
+at::Tensor loss_of(const std::tuple<at::Tensor, std::optional<at::Tensor>,
+                                    std::unordered_map<std::string, at::Tensor>>& out) {
+  return std::get<1>(out)->sum() + std::get<2>(out).at("y").pow(2).sum();
+}
+
+TEST_P(DdpWorldOfOne, FindsTheTensorsOfOutputsAsModelsReturnThem) {
+  // find_unused_parameters walks the graph back from the tensors it finds in the output.
+  auto [net, bare] = twins<Outputs>(3);
+  dist::DistributedDataParallel ddp(net, dist::DDPOptions().find_unused_parameters(true));
+  const at::Tensor x = torch::randn({5, 4}, device());
+  for (int step = 0; step < 2; ++step) {
+    ddp.zero_grad();
+    bare->zero_grad();
+    const auto out = ddp.forward(x);
+    EXPECT_FALSE(std::get<0>(out).defined());
+    loss_of(out).backward();
+    loss_of(bare->forward(x)).backward();
+    for (const auto& item : bare->named_parameters()) {
+      const std::string& name = item.key();
+      const at::Tensor& p = item.value();
+      const at::Tensor got = net->named_parameters()[name].grad();
+      if (name.rfind("idle.", 0) == 0) {
+        EXPECT_TRUE(!got.defined() || got.eq(0).all().item<bool>()) << name;
+      } else {
+        ASSERT_TRUE(got.defined()) << name;
+        EXPECT_TRUE(got.equal(p.grad())) << name;
+      }
+    }
   }
 }
 

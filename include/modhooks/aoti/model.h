@@ -43,11 +43,13 @@ class Model {
   /// Loads the package's model `model_name`. `num_runners` compiled instances serve `run`
   /// calls from that many threads at once (more calls wait for one); `device_index` picks the
   /// GPU of a CUDA package (-1: the current one). Throws `FormatError` for a file that is not
-  /// an AOTInductor package and `RuntimeError` for one exported for another modhooks ABI.
+  /// an AOTInductor package, `RuntimeError` for one exported for another modhooks ABI, and
+  /// `ValueError` (`aoti.model.num_runners`) for `num_runners` 0.
   explicit Model(const std::string& package_path, std::size_t num_runners = 1,
                  const std::string& model_name = "model", int device_index = -1);
   ~Model();
-  /// Takes `other`'s package, points and hooks; `other` is left without a package.
+  /// Takes `other`'s package, points and hooks; `other` is left without a package, and every
+  /// call on it but assignment and destruction throws `RuntimeError` (`aoti.model.moved_from`).
   Model(Model&& other) noexcept;
   /// Takes `other`'s package, points and hooks; this model's own go.
   Model& operator=(Model&& other) noexcept;
@@ -56,7 +58,7 @@ class Model {
 
   /// The exported module paths, in the order the compiled graph first reaches them; empty for
   /// a package exported without points.
-  const std::vector<std::string>& points() const noexcept;
+  const std::vector<std::string>& points() const;
   /// The point of module `name`; `KeyError` naming the package and the exported names when it
   /// has none.
   const Point& point(const std::string& name) const;
@@ -64,15 +66,21 @@ class Model {
   /// Runs the compiled model on `inputs` (its flattened tensor inputs, as Python's
   /// `aoti_load_package(...)` passes them) and returns its flattened outputs. Hooks fire on the
   /// calling thread. A hook that throws ends the run with its exception; the model stays usable.
+  /// A hook that runs this model again while each of its runners serves a run on this thread
+  /// throws `RuntimeError` (`aoti.model.reentrant_run`) where libtorch's loader would wait for
+  /// a runner forever.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs);
 
   /// The package's metadata (`aot_inductor.metadata` at compile time).
   std::unordered_map<std::string, std::string> metadata() const;
 
   /// The package's path, as given.
-  const std::string& path() const noexcept;
+  const std::string& path() const;
 
  private:
+  /// The package, or `aoti.model.moved_from` where it was moved away.
+  modhooks::detail::AotiModel& live() const;
+
   std::unique_ptr<modhooks::detail::AotiModel> impl_;
 };
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -60,13 +61,29 @@ namespace detail {
 struct DDPState;
 
 /// Applies `f(at::Tensor&)` to every tensor in a forward's output: tensors, vectors, tuples,
-/// pairs, maps, `IValue`s and nestings of them (Python's `_find_tensors`); other types hold none.
+/// pairs, maps, optionals, `IValue`s and nestings of them (Python's `_find_tensors`); other types
+/// hold none. All are declared first, so that each reaches the others in any nesting.
+template <class F>
+void visit_tensors(c10::IValue& value, F& f);
+template <class T, class F>
+void visit_tensors(std::vector<T>& values, F& f);
+template <class F, class... T>
+void visit_tensors(std::tuple<T...>& values, F& f);
+template <class A, class B, class F>
+void visit_tensors(std::pair<A, B>& values, F& f);
+template <class K, class V, class F>
+void visit_tensors(std::map<K, V>& values, F& f);
+template <class K, class V, class F>
+void visit_tensors(std::unordered_map<K, V>& values, F& f);
+template <class T, class F>
+void visit_tensors(std::optional<T>& value, F& f);
+template <class T, class F>
+void visit_tensors(T& value, F& f);
+
 template <class F>
 void visit_tensors(at::Tensor& tensor, F& f) {
   f(tensor);
 }
-template <class F>
-void visit_tensors(c10::IValue& value, F& f);
 template <class T, class F>
 void visit_tensors(std::vector<T>& values, F& f) {
   for (auto& value : values) visit_tensors(value, f);
@@ -84,8 +101,16 @@ template <class K, class V, class F>
 void visit_tensors(std::map<K, V>& values, F& f) {
   for (auto& [key, value] : values) visit_tensors(value, f);
 }
+template <class K, class V, class F>
+void visit_tensors(std::unordered_map<K, V>& values, F& f) {
+  for (auto& [key, value] : values) visit_tensors(value, f);
+}
 template <class T, class F>
-void visit_tensors(T& /*value*/, F& /*f*/) {}
+void visit_tensors(std::optional<T>& value, F& f) {
+  if (value) visit_tensors(*value, f);
+}
+template <class T, class F>
+void visit_tensors(T& /*value*/, F& /*f*/) {}  // holds no tensor
 template <class F>
 void visit_tensors(c10::IValue& value, F& f) {
   if (value.isTensor()) {
@@ -301,12 +326,17 @@ class DistributedDataParallel : public DistributedDataParallelBase {
       -> decltype(modhooks::call(std::declval<Impl&>(), std::forward<Args>(args)...)) {
     pre_forward();
     auto output = modhooks::call(*module_, std::forward<Args>(args)...);
+    // An undefined tensor (an output Python gives as None) holds none, as in Python's DDP.
     std::vector<at::Tensor> tensors;
-    auto collect = [&](at::Tensor& t) { tensors.push_back(t); };
+    auto collect = [&](at::Tensor& t) {
+      if (t.defined()) tensors.push_back(t);
+    };
     detail::visit_tensors(output, collect);
     if (post_forward(tensors)) {
       std::size_t i = 0;
-      auto replace = [&](at::Tensor& t) { t = tensors[i++]; };
+      auto replace = [&](at::Tensor& t) {
+        if (t.defined()) t = tensors[i++];
+      };
       detail::visit_tensors(output, replace);
     }
     return output;

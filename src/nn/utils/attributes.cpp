@@ -110,11 +110,15 @@ bool same_as(const Stamp& stamp, const at::Tensor& tensor) {
 
 }  // namespace
 
+void Applied::hold(at::Tensor value) {
+  member.get() = value;
+  assigned_ = std::move(value);
+  stamps_.clear();
+}
+
 void Applied::assign(const at::Tensor& value) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  member.get() = value;
-  assigned_ = value;
-  stamps_.clear();
+  hold(value);
 }
 
 bool Applied::unchanged(torch::nn::Module& module) {
@@ -130,10 +134,7 @@ bool Applied::unchanged(torch::nn::Module& module) {
 void Applied::before_forward(torch::nn::Module& module) {
   const std::lock_guard<std::mutex> lock(mutex_);
   if (!at::GradMode::is_enabled() && !steps(module) && unchanged(module)) return;
-  at::Tensor value = compute(module);
-  member.get() = value;
-  assigned_ = std::move(value);
-  stamps_.clear();
+  hold(compute(module));
   for (const at::Tensor& input : inputs(module)) {
     // An inference tensor keeps no version: its value is never taken as unchanged.
     if (input.is_inference() || grad_of(input).is_inference()) {

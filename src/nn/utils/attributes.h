@@ -115,6 +115,8 @@ struct Applied {
   std::vector<RemovableHandle> handles;
 
  private:
+  /// The member and `assigned_` take `value`, whose inputs are not yet known (mutex_ held).
+  void hold(at::Tensor value);
   bool unchanged(torch::nn::Module& module);
 
   std::mutex mutex_;

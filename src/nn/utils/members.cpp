@@ -9,8 +9,10 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/modules/rnn.h>
 
-#include <initializer_list>
 #include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "attributes.h"
 #include "modhooks/core/error.h"
@@ -23,11 +25,11 @@ namespace {
 namespace tn = torch::nn;
 
 template <class Impl>
-using Fields = std::initializer_list<std::pair<std::string_view, at::Tensor Impl::*>>;
+using Fields = std::vector<std::pair<std::string_view, at::Tensor Impl::*>>;
 
 /// The member of `Impl` named `name` among `fields`, where `module` is an `Impl`.
 template <class Impl>
-at::Tensor* field(torch::nn::Module& module, const std::string& name, Fields<Impl> fields) {
+at::Tensor* field(torch::nn::Module& module, const std::string& name, const Fields<Impl>& fields) {
   auto* impl = dynamic_cast<Impl*>(&module);
   if (impl == nullptr) return nullptr;
   for (const auto& [key, pointer] : fields) {
@@ -36,43 +38,53 @@ at::Tensor* field(torch::nn::Module& module, const std::string& name, Fields<Imp
   return nullptr;
 }
 
-/// `weight` and `bias` of the layers that have just these two.
-template <class... Impls>
-at::Tensor* weight_and_bias(torch::nn::Module& module, const std::string& name) {
+/// `field` for the first of `Impls` that `module` is; `fields_of(Impl*)` lists its members.
+template <class... Impls, class FieldsOf>
+at::Tensor* field_of_any(torch::nn::Module& module, const std::string& name, FieldsOf fields_of) {
   at::Tensor* found = nullptr;
-  ((found = found
-                ? found
-                : field<Impls>(module, name, {{"weight", &Impls::weight}, {"bias", &Impls::bias}})),
+  ((found = found != nullptr ? found
+                             : field<Impls>(module, name, fields_of(static_cast<Impls*>(nullptr)))),
    ...);
   return found;
 }
 
-template <class... Impls>
-at::Tensor* batch_norm(torch::nn::Module& module, const std::string& name) {
-  at::Tensor* found = nullptr;
-  ((found = found ? found
-                  : field<Impls>(module, name,
-                                 {{"weight", &Impls::weight},
-                                  {"bias", &Impls::bias},
-                                  {"running_mean", &Impls::running_mean},
-                                  {"running_var", &Impls::running_var},
-                                  {"num_batches_tracked", &Impls::num_batches_tracked}})),
-   ...);
-  return found;
-}
+const auto weight_and_bias = [](auto* tag) {
+  using Impl = std::remove_pointer_t<decltype(tag)>;
+  return Fields<Impl>{{"weight", &Impl::weight}, {"bias", &Impl::bias}};
+};
 
-template <class... Impls>
-at::Tensor* rnn_cell(torch::nn::Module& module, const std::string& name) {
-  at::Tensor* found = nullptr;
-  ((found = found ? found
-                  : field<Impls>(module, name,
-                                 {{"weight_ih", &Impls::weight_ih},
-                                  {"weight_hh", &Impls::weight_hh},
-                                  {"bias_ih", &Impls::bias_ih},
-                                  {"bias_hh", &Impls::bias_hh}})),
-   ...);
-  return found;
-}
+const auto batch_norm = [](auto* tag) {
+  using Impl = std::remove_pointer_t<decltype(tag)>;
+  return Fields<Impl>{{"weight", &Impl::weight},
+                      {"bias", &Impl::bias},
+                      {"running_mean", &Impl::running_mean},
+                      {"running_var", &Impl::running_var},
+                      {"num_batches_tracked", &Impl::num_batches_tracked}};
+};
+
+const auto rnn_cell = [](auto* tag) {
+  using Impl = std::remove_pointer_t<decltype(tag)>;
+  return Fields<Impl>{{"weight_ih", &Impl::weight_ih},
+                      {"weight_hh", &Impl::weight_hh},
+                      {"bias_ih", &Impl::bias_ih},
+                      {"bias_hh", &Impl::bias_hh}};
+};
+
+const auto weight_only = [](auto* tag) {
+  using Impl = std::remove_pointer_t<decltype(tag)>;
+  return Fields<Impl>{{"weight", &Impl::weight}};
+};
+
+const auto attention = [](auto* tag) {
+  using Impl = std::remove_pointer_t<decltype(tag)>;
+  return Fields<Impl>{{"in_proj_weight", &Impl::in_proj_weight},
+                      {"in_proj_bias", &Impl::in_proj_bias},
+                      {"bias_k", &Impl::bias_k},
+                      {"bias_v", &Impl::bias_v},
+                      {"q_proj_weight", &Impl::q_proj_weight},
+                      {"k_proj_weight", &Impl::k_proj_weight},
+                      {"v_proj_weight", &Impl::v_proj_weight}};
+};
 
 /// An RNN's forward reads `flat_weights_` (Python's `_flat_weights`, which its `__setattr__`
 /// keeps in step with the attributes): protected, so reached through a class derived from it.
@@ -97,34 +109,24 @@ Member flat_weight(torch::nn::Module& module, const std::string& name) {
 /// The members libtorch's layers read in their forward.
 Member layer_member(torch::nn::Module& module, const std::string& name) {
   at::Tensor* found =
-      weight_and_bias<tn::LinearImpl, tn::BilinearImpl, tn::Conv1dImpl, tn::Conv2dImpl,
-                      tn::Conv3dImpl, tn::ConvTranspose1dImpl, tn::ConvTranspose2dImpl,
-                      tn::ConvTranspose3dImpl, tn::LayerNormImpl, tn::GroupNormImpl>(module, name);
+      field_of_any<tn::LinearImpl, tn::BilinearImpl, tn::Conv1dImpl, tn::Conv2dImpl, tn::Conv3dImpl,
+                   tn::ConvTranspose1dImpl, tn::ConvTranspose2dImpl, tn::ConvTranspose3dImpl,
+                   tn::LayerNormImpl, tn::GroupNormImpl>(module, name, weight_and_bias);
   if (found == nullptr) {
-    found = batch_norm<tn::BatchNorm1dImpl, tn::BatchNorm2dImpl, tn::BatchNorm3dImpl,
-                       tn::InstanceNorm1dImpl, tn::InstanceNorm2dImpl, tn::InstanceNorm3dImpl>(
-        module, name);
+    found = field_of_any<tn::BatchNorm1dImpl, tn::BatchNorm2dImpl, tn::BatchNorm3dImpl,
+                         tn::InstanceNorm1dImpl, tn::InstanceNorm2dImpl, tn::InstanceNorm3dImpl>(
+        module, name, batch_norm);
   }
   if (found == nullptr) {
-    found = rnn_cell<tn::RNNCellImpl, tn::LSTMCellImpl, tn::GRUCellImpl>(module, name);
+    found =
+        field_of_any<tn::RNNCellImpl, tn::LSTMCellImpl, tn::GRUCellImpl>(module, name, rnn_cell);
   }
-  if (found == nullptr)
-    found = field<tn::EmbeddingImpl>(module, name, {{"weight", &tn::EmbeddingImpl::weight}});
   if (found == nullptr) {
-    found = field<tn::EmbeddingBagImpl>(module, name, {{"weight", &tn::EmbeddingBagImpl::weight}});
+    found = field_of_any<tn::EmbeddingImpl, tn::EmbeddingBagImpl, tn::PReLUImpl>(module, name,
+                                                                                 weight_only);
   }
-  if (found == nullptr)
-    found = field<tn::PReLUImpl>(module, name, {{"weight", &tn::PReLUImpl::weight}});
   if (found == nullptr) {
-    using MHA = tn::MultiheadAttentionImpl;
-    found = field<MHA>(module, name,
-                       {{"in_proj_weight", &MHA::in_proj_weight},
-                        {"in_proj_bias", &MHA::in_proj_bias},
-                        {"bias_k", &MHA::bias_k},
-                        {"bias_v", &MHA::bias_v},
-                        {"q_proj_weight", &MHA::q_proj_weight},
-                        {"k_proj_weight", &MHA::k_proj_weight},
-                        {"v_proj_weight", &MHA::v_proj_weight}});
+    found = field_of_any<tn::MultiheadAttentionImpl>(module, name, attention);
   }
   if (found != nullptr) return Member(found);
   if (Member rnn = flat_weight<tn::RNNImpl>(module, name)) return rnn;
