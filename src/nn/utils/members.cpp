@@ -1,5 +1,6 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
+#include <torch/nn/functional/instancenorm.h>  // libtorch 1.13's instancenorm.h needs it first
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
