@@ -7,6 +7,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
+#include <stdexcept>
+
 #include "modhooks/nn/holder.h"
 #include "modhooks/nn/utils/member.h"
 #include "nn_utils_patterns.h"
@@ -314,6 +316,41 @@ struct ShrinkImpl : torch::nn::Module {
   at::Tensor right_inverse(const at::Tensor& x) { return x * 3; }
 };
 TORCH_MODULE(Shrink);
+
+/// A parametrization that raises while `fail` is set.
+struct FailingImpl : torch::nn::Module {
+  at::Tensor forward(const at::Tensor& x) {
+    if (fail) throw std::runtime_error("the parametrization's own error");
+    return x * 2;
+  }
+  bool fail = false;
+};
+TORCH_MODULE(Failing);
+
+TEST(TestNNParametrization, AParametrizationThatRaisesEndsTheForwardAndTheNextOneComputes) {
+  // As in Python, a forward that computes raises what the parametrization raised; served or
+  // not, the next forward computes from the originals as they are then.
+  Linear model(3, 3);
+  Failing failing;
+  parametrize::register_parametrization(model, "weight", failing);
+  model->eval();
+  const at::Tensor x = at::ones({1, 3});
+  const at::Tensor original =
+      nn_utils_scenarios::parameter_of(*model, "parametrizations.weight.original");
+  for (const bool grad : {true, false}) {
+    SCOPED_TRACE(grad ? "with grad" : "without grad");
+    at::AutoGradMode mode(grad);
+    {
+      at::NoGradGuard no_grad;
+      original.mul_(3);  // changed: the next forward computes, served or not
+    }
+    failing->fail = true;
+    EXPECT_THROW(modhooks::call(model, x), std::runtime_error);
+    failing->fail = false;
+    EXPECT_TRUE(
+        at::equal(modhooks::call(model, x), at::linear(x, original * 2, model->bias).detach()));
+  }
+}
 
 TEST(TestNNParametrization, RefusedRegistrationLeavesTheOriginal) {
   Linear model(4, 4);

@@ -455,12 +455,13 @@ modhooks::detail::AotiModel& Model::live() const {
 const std::vector<std::string>& Model::points() const { return live().names; }
 
 const Point& Model::point(const std::string& name) const {
-  if (const Point* p = live().find(name)) return *p;
+  const modhooks::detail::AotiModel& model = live();
+  if (const Point* p = model.find(name)) return *p;
   std::string listed;
-  for (const auto& n : impl_->names) listed += (listed.empty() ? "'" : ", '") + n + "'";
+  for (const auto& n : model.names) listed += (listed.empty() ? "'" : ", '") + n + "'";
   modhooks::detail::fail<KeyError>(
       "aoti.model.no_point",
-      "modhooks: " + impl_->path + " has no point '" + name + "'" +
+      "modhooks: " + model.path + " has no point '" + name + "'" +
           (listed.empty() ? std::string(": it was exported without points (modhooks.export)")
                           : "; its points are " + listed));
 }

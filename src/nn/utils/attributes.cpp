@@ -135,6 +135,8 @@ void Applied::before_forward(torch::nn::Module& module) {
   const std::lock_guard<std::mutex> lock(mutex_);
   if (!at::GradMode::is_enabled() && !steps(module) && unchanged(module)) return;
   hold(compute(module));
+  // In training mode the next forward computes anyway: only eval mode keeps what it computed.
+  if (steps(module)) return;
   for (const at::Tensor& input : inputs(module)) {
     // An inference tensor keeps no version: its value is never taken as unchanged.
     if (input.is_inference() || grad_of(input).is_inference()) {

@@ -120,7 +120,7 @@ struct Applied {
   bool unchanged(torch::nn::Module& module);
 
   std::mutex mutex_;
-  std::vector<Stamp> stamps_;  // the inputs when `assigned_` was computed; empty: unknown
+  std::vector<Stamp> stamps_;  // the inputs when `assigned_` was computed in eval mode, or none
   at::Tensor assigned_;        // what the member was last given
 };
 
