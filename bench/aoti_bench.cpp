@@ -39,9 +39,11 @@ void with_points(benchmark::State& state, const std::string& name, const std::st
   state.counters["points"] = static_cast<double>(points.points().size());
 }
 
-/// One package with a no-op forward hook on every point against itself without hooks: the
-/// cost of a firing is the difference over the number of points.
-void noop_hooks(benchmark::State& state, const std::string& name, const std::string& tag) {
+/// One package with a no-op forward hook on every point (and with `pre`, a no-op pre-hook on
+/// every point that has inputs) against itself without hooks: the cost of a firing is the
+/// difference over the number of points.
+void noop_hooks(benchmark::State& state, const std::string& name, const std::string& tag,
+                bool pre = false) {
   modhooks::aoti::Model bare(bench_dir() + "/" + name + "." + tag + ".pt2");
   modhooks::aoti::Model hooked(bench_dir() + "/" + name + "." + tag + ".pt2");
   std::vector<modhooks::RemovableHandle> handles;
@@ -49,6 +51,10 @@ void noop_hooks(benchmark::State& state, const std::string& name, const std::str
     handles.push_back(modhooks::register_forward_hook(
         hooked.point(p),
         [](const modhooks::aoti::Point&, const std::vector<c10::IValue>&, const c10::IValue&) {}));
+    if (pre && hooked.point(p).has_inputs()) {
+      handles.push_back(modhooks::register_forward_pre_hook(
+          hooked.point(p), [](const modhooks::aoti::Point&, const std::vector<c10::IValue>&) {}));
+    }
   }
   const auto xs = inputs(name);
   bare.run(xs);
@@ -67,6 +73,12 @@ void BM_TinyLinearPointsNoHooks(benchmark::State& s) { with_points(s, "tiny", "l
 void BM_Resnet18BlockNoopHooks(benchmark::State& s) { noop_hooks(s, "resnet18", "blocks"); }
 void BM_TinyLinearNoopHooks(benchmark::State& s) { noop_hooks(s, "tiny", "linears"); }
 void BM_TanhChainNoopHooks(benchmark::State& s) { noop_hooks(s, "chain", "tanhs"); }
+void BM_TinyLinearInputsNoopForwardHooks(benchmark::State& s) {
+  noop_hooks(s, "tiny", "linears_inputs");
+}
+void BM_TinyLinearInputsNoopPreAndForwardHooks(benchmark::State& s) {
+  noop_hooks(s, "tiny", "linears_inputs", true);
+}
 
 BENCHMARK(BM_Resnet18BlockPointsNoHooks)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Resnet18EveryPointNoHooks)->Unit(benchmark::kMicrosecond);
@@ -75,6 +87,8 @@ BENCHMARK(BM_TinyLinearPointsNoHooks)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Resnet18BlockNoopHooks)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TinyLinearNoopHooks)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TanhChainNoopHooks)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TinyLinearInputsNoopForwardHooks)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TinyLinearInputsNoopPreAndForwardHooks)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

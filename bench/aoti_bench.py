@@ -37,7 +37,8 @@ def write(folder: pathlib.Path, name: str, model, inputs, variants) -> None:
     torch._inductor.aoti_compile_and_package(plain, package_path=str(folder / f"{name}.plain.pt2"))
     counts = {"plain": kernels(folder / f"{name}.plain.pt2")}
     for tag, points in variants.items():
-        ep = mhx.export(model, tuple(inputs), points=points)
+        points, at_inputs = points if isinstance(points, tuple) else (points, None)
+        ep = mhx.export(model, tuple(inputs), points=points, inputs=at_inputs)
         path = folder / f"{name}.{tag}.pt2"
         mhx.aoti_compile_and_package(ep, package_path=str(path))
         counts[f"{tag} ({len(mhx.point_table(ep))} points)"] = kernels(path)
@@ -61,7 +62,8 @@ def main() -> None:
 
     tiny = torch.nn.Sequential(*[m for _ in range(16) for m in (torch.nn.Linear(32, 32), torch.nn.ReLU())])
     linears = [n for n, m in tiny.named_modules() if isinstance(m, torch.nn.Linear)]
-    write(folder, "tiny", tiny, [torch.randn(8, 32)], {"linears": linears})
+    write(folder, "tiny", tiny, [torch.randn(8, 32)],
+          {"linears": linears, "linears_inputs": (linears, linears)})
 
     chain = torch.nn.Sequential(*[torch.nn.Tanh() for _ in range(256)])
     tanhs = [n for n, m in chain.named_modules() if isinstance(m, torch.nn.Tanh)]

@@ -10,6 +10,10 @@
 //     and off: forward vs call;
 //   - the same modules with two no-op callbacks called by hand after forward (the floor of any
 //     hook mechanism): forward vs that floor, and that floor vs call with two hooks;
+//   - the other combinations, grad mode on and off: a forward pre-hook and a forward hook
+//     (Identity and Linear(16,16) vs forward; Conv2d vs a pre and a post callback by hand), one
+//     always-call forward hook, and a global forward hook beside the module's own (each vs
+//     forward, beside the plain one- and two-hook cases);
 //   - the same MLP, full backward hooks vs the floor of the mechanism (a bare identity node on
 //     each side of each layer);
 //   - 8 x Linear(64,64), batch 32, forward+backward: torch::nn::Sequential with no hooks vs
@@ -217,6 +221,93 @@ void BM_Conv2d_CallTwoForwardHooks_vs_HandWritten(benchmark::State& state) {
   hand_written_hooks(state, torch::nn::Conv2d(3, 3, 3), at::randn({1, 3, 8, 8}), true);
 }
 BENCHMARK(BM_Conv2d_CallTwoForwardHooks_vs_HandWritten)->ArgName("grad")->Arg(1)->Arg(0);
+
+/// The other combinations of call hooks, each a no-op counting its calls: which to register.
+struct Combination {
+  bool pre = false;      // a forward pre-hook
+  bool forward = false;  // a plain forward hook
+  bool always = false;   // an always-call forward hook
+  bool global = false;   // a global forward hook (register_module_forward_hook)
+};
+
+/// `module` with the hooks of `combination`, grad mode as `state.range(0)` says, on `x`: `call`
+/// vs `forward`, or with `floor`, vs a pre and a post callback called by hand around `forward`.
+template <class Holder>
+void combination(benchmark::State& state, Holder module, Combination combination,
+                 const at::Tensor& x, bool floor = false) {
+  std::optional<at::NoGradGuard> no_grad;
+  if (state.range(0) == 0) no_grad.emplace();
+  int64_t seen = 0;
+  std::vector<modhooks::ScopedHandle> handles;
+  auto hook = [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++seen; };
+  if (combination.pre) {
+    handles.emplace_back(modhooks::register_forward_pre_hook(
+        module, [&](torch::nn::Module&, const IValues&) { ++seen; }));
+  }
+  if (combination.global) handles.emplace_back(modhooks::register_module_forward_hook(hook));
+  if (combination.forward) handles.emplace_back(modhooks::register_forward_hook(module, hook));
+  if (combination.always) {
+    handles.emplace_back(modhooks::register_forward_hook(
+        module, hook, modhooks::ForwardHookOptions().always_call(true)));
+  }
+  if (!floor) {
+    call_vs_forward(state, module, x);
+  } else {
+    using Pre = std::function<std::optional<IValues>(torch::nn::Module&, const IValues&)>;
+    using Post = std::function<std::optional<c10::IValue>(torch::nn::Module&, const IValues&,
+                                                          const c10::IValue&)>;
+    const Pre pre = [&](torch::nn::Module&, const IValues&) {
+      ++seen;
+      return std::optional<IValues>();
+    };
+    const Post post = [&](torch::nn::Module&, const IValues&, const c10::IValue&) {
+      ++seen;
+      return std::optional<c10::IValue>();
+    };
+    const IValues args{x};
+    torch::nn::Module& base = *module;
+    paired(
+        state, kBatch,
+        [&] {
+          for (int i = 0; i < kBatch; ++i) {
+            benchmark::DoNotOptimize(pre(base, args));
+            at::Tensor y = module->forward(x);
+            c10::IValue out(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(y));
+            benchmark::DoNotOptimize(post(base, args, out));
+            c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow(out);
+            benchmark::DoNotOptimize(y);
+          }
+        },
+        [&] {
+          for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(module, x));
+        });
+  }
+  benchmark::DoNotOptimize(seen);
+}
+constexpr Combination kPreAndForward{true, true, false, false};
+constexpr Combination kAlways{false, false, true, false};
+constexpr Combination kGlobalAndOwn{false, true, false, true};
+
+void BM_Identity_CallPreAndForwardHook_vs_Forward(benchmark::State& state) {
+  combination(state, torch::nn::Identity(), kPreAndForward, at::randn({1, 16}));
+}
+BENCHMARK(BM_Identity_CallPreAndForwardHook_vs_Forward)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Linear16_CallPreAndForwardHook_vs_Forward(benchmark::State& state) {
+  combination(state, torch::nn::Linear(16, 16), kPreAndForward, at::randn({1, 16}));
+}
+BENCHMARK(BM_Linear16_CallPreAndForwardHook_vs_Forward)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Conv2d_CallPreAndForwardHook_vs_HandWritten(benchmark::State& state) {
+  combination(state, torch::nn::Conv2d(3, 3, 3), kPreAndForward, at::randn({1, 3, 8, 8}), true);
+}
+BENCHMARK(BM_Conv2d_CallPreAndForwardHook_vs_HandWritten)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Identity_CallAlwaysCallHook_vs_Forward(benchmark::State& state) {
+  combination(state, torch::nn::Identity(), kAlways, at::randn({1, 16}));
+}
+BENCHMARK(BM_Identity_CallAlwaysCallHook_vs_Forward)->ArgName("grad")->Arg(1)->Arg(0);
+void BM_Identity_CallGlobalAndOwnForwardHook_vs_Forward(benchmark::State& state) {
+  combination(state, torch::nn::Identity(), kGlobalAndOwn, at::randn({1, 16}));
+}
+BENCHMARK(BM_Identity_CallGlobalAndOwnForwardHook_vs_Forward)->ArgName("grad")->Arg(1)->Arg(0);
 
 void BM_MLP8_FullBackwardHookPerLayer_vs_NoHooks(benchmark::State& state) {
   torch::nn::Sequential plain;

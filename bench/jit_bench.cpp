@@ -5,6 +5,7 @@
 // run:
 //   - the model after `instrument` (every call site rewritten) with no hook registered;
 //   - one no-op forward hook on layer 3, the model run by `forward`;
+//   - a no-op forward pre-hook and forward hook on layer 3, the model run by `forward`;
 //   - one no-op forward hook on the root, the model run by `modhooks::call` (the top-level
 //     hooked call that an inner one is compared with).
 #include <benchmark/benchmark.h>
@@ -66,6 +67,21 @@ void BM_Script8_OneInnerHook_vs_Original(benchmark::State& state) {
   benchmark::DoNotOptimize(seen);
 }
 BENCHMARK(BM_Script8_OneInnerHook_vs_Original);
+
+void BM_Script8_InnerPreAndForwardHook_vs_Original(benchmark::State& state) {
+  auto original = model();
+  auto hooked = model();
+  int64_t seen = 0;
+  const torch::jit::Module layer = modhooks::submodule(hooked, "l3");
+  modhooks::ScopedHandle pre(modhooks::register_forward_pre_hook(
+      layer, [&](torch::jit::Module&, const IValues&) { ++seen; }));
+  modhooks::ScopedHandle post(modhooks::register_forward_hook(
+      layer, [&](torch::jit::Module&, const IValues&, const c10::IValue&) { ++seen; }));
+  IValues x{at::randn({8, 64})};
+  paired(state, 1, forward_of(original, x), forward_of(hooked, x));
+  benchmark::DoNotOptimize(seen);
+}
+BENCHMARK(BM_Script8_InnerPreAndForwardHook_vs_Original);
 
 void BM_Script8_OneTopLevelHook_vs_Original(benchmark::State& state) {
   auto original = model();

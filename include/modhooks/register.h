@@ -25,6 +25,15 @@ void forward_hook_added(M& /*module*/, bool /*always_call*/) noexcept {}
 template <class M, class Stored>
 void global_hook_added(M* /*kind*/, const Stored& /*stored*/) noexcept {}
 
+/// Refuses backward hooks where they would reach a kind that runs forward only
+/// (`KindTraits::backward`): it has no autograd graph to run them in.
+template <bool kForwardOnly>
+constexpr void require_backward() noexcept {
+  static_assert(!kForwardOnly,
+                "modhooks: backward hooks do not apply to this kind of module: it runs forward "
+                "only, with no autograd graph (KindTraits::backward)");
+}
+
 }  // namespace detail
 
 /// \addtogroup api_register
@@ -90,9 +99,7 @@ template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_full_backward_pre_hook(M&& module, F hook, bool prepend = false) {
   using T = detail::ModuleType<M>;
   using B = detail::BaseOf<T>;
-  static_assert(detail::KindTraits<B>::backward,
-                "modhooks: an AOTInductor package is inference only: backward hooks do not apply "
-                "to an aoti::Point");
+  detail::require_backward<!detail::KindTraits<B>::backward>();
   return detail::add_hook(
       detail::hooks_for(detail::module_ref(module)), &detail::ModuleHooks<B>::backward_pre,
       detail::adapt_hook<TensorList, T, const TensorList&>(std::move(hook)), prepend);
@@ -115,9 +122,7 @@ template <class M, class F, detail::IfModule<M> = 0>
 RemovableHandle register_full_backward_hook(M&& module, F hook, bool prepend = false) {
   using T = detail::ModuleType<M>;
   using B = detail::BaseOf<T>;
-  static_assert(detail::KindTraits<B>::backward,
-                "modhooks: an AOTInductor package is inference only: backward hooks do not apply "
-                "to an aoti::Point");
+  detail::require_backward<!detail::KindTraits<B>::backward>();
   return detail::add_hook(
       detail::hooks_for(detail::module_ref(module)), &detail::ModuleHooks<B>::backward,
       detail::adapt_hook<TensorList, T, const TensorList&, const TensorList&>(std::move(hook)),
@@ -150,15 +155,20 @@ constexpr bool reaches_any_kind(KindList<K...> /*kinds*/) {
   return (reaches_kind<F, K, A...>() || ...);
 }
 
+/// Whether global hook `F` reaches a kind that runs forward only.
+template <class F, class... A, class... K>
+constexpr bool reaches_forward_only_kind(KindList<K...> /*kinds*/) {
+  return ((!KindTraits<K>::backward && reaches_kind<F, K, A...>()) || ...);
+}
+
 /// Adds a global hook to the table of every kind it reaches (see `reaches_kind`): nn,
 /// TorchScript or both as its callable takes `torch::nn::Module&`, `torch::jit::Module&` or
 /// either (`auto&`); points for a hook taking `const aoti::Point&`. One id, one handle.
 template <class Ret, class... A, class F, class Select, class Entry>
 RemovableHandle add_global_hook(F hook, Select select, Entry entry, bool prepend) {
   static_assert(reaches_any_kind<F, A...>(Kinds{}),
-                "modhooks: a global hook takes torch::nn::Module&, torch::jit::Module&, auto& or "
-                "const modhooks::aoti::Point& and then the arguments Python passes to that kind "
-                "of hook");
+                "modhooks: a global hook takes a module as one kind's hooks receive it (or auto&) "
+                "and then the arguments Python passes to that kind of hook");
   const std::uint64_t id = next_hook_id.fetch_add(1);
   for_each_kind(Kinds{}, [&](auto* kind) {
     using K = std::remove_pointer_t<decltype(kind)>;
@@ -232,9 +242,8 @@ RemovableHandle register_module_forward_hook(F hook, ForwardHookOptions options 
 /// \endcode
 template <class F>
 RemovableHandle register_module_full_backward_pre_hook(F hook) {
-  static_assert(!detail::reaches_kind<F, const aoti::Point, const TensorList&>(),
-                "modhooks: an AOTInductor package is inference only: backward hooks do not apply "
-                "to an aoti::Point");
+  detail::require_backward<detail::reaches_forward_only_kind<F, const TensorList&>(
+      detail::Kinds{})>();
   return detail::add_global_hook<TensorList, const TensorList&>(
       std::move(hook), [](auto& hooks) -> auto& { return hooks.backward_pre; }, detail::same,
       false);
@@ -252,9 +261,8 @@ RemovableHandle register_module_full_backward_pre_hook(F hook) {
 /// \endcode
 template <class F>
 RemovableHandle register_module_full_backward_hook(F hook) {
-  static_assert(!detail::reaches_kind<F, const aoti::Point, const TensorList&, const TensorList&>(),
-                "modhooks: an AOTInductor package is inference only: backward hooks do not apply "
-                "to an aoti::Point");
+  detail::require_backward<detail::reaches_forward_only_kind<F, const TensorList&,
+                                                             const TensorList&>(detail::Kinds{})>();
   return detail::add_global_hook<TensorList, const TensorList&, const TensorList&>(
       std::move(hook), [](auto& hooks) -> auto& { return hooks.backward; }, detail::same, false);
 }

@@ -3,62 +3,50 @@
 #include "modhooks/dispatch/detail/global.h"
 
 #include <cstdint>
-#include <type_traits>
+#include <functional>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
-
-template <class M>
-std::atomic<std::int64_t> GlobalHooksActive<M>::count{0};
-
 namespace {
-/// Keeps `global_hooks_active<M>` equal to the number of hooks in the global tables of `M`.
-template <class M>
-class GlobalCounter final : public HookObserver {
- public:
-  void hooks_changed(std::int64_t delta) noexcept override {
-    global_hooks_active<M>().fetch_add(delta, std::memory_order_relaxed);
-  }
-};
-}  // namespace
 
-template <class M>
-const std::shared_ptr<ModuleHooks<M>>& global_hooks() {
-  static const std::shared_ptr<ModuleHooks<M>> hooks =
-      std::make_shared<ModuleHooks<M>>(std::make_shared<GlobalCounter<M>>());
-  return hooks;
-}
-
-template struct GlobalHooksActive<torch::nn::Module>;
-template struct GlobalHooksActive<torch::jit::Module>;
-template struct GlobalHooksActive<const aoti::Point>;
-template const std::shared_ptr<ModuleHooks<torch::nn::Module>>& global_hooks<torch::nn::Module>();
-template const std::shared_ptr<ModuleHooks<torch::jit::Module>>& global_hooks<torch::jit::Module>();
-template const std::shared_ptr<ModuleHooks<const aoti::Point>>& global_hooks<const aoti::Point>();
-
-namespace {
-template <class Hooks>
-void remove_from(Hooks& hooks, std::uint64_t id) noexcept {
-  hooks.forward_pre.remove(id);
-  hooks.forward.remove(id);
-  hooks.backward_pre.remove(id);
-  hooks.backward.remove(id);
-}
-
+/// Every kind's global tables made so far, as the function that removes an id from them.
 class GlobalHookTables final : public HookTableBase {
  public:
-  void remove(std::uint64_t id) noexcept override {
-    for_each_kind(Kinds{}, [id](auto* kind) {
-      using M = std::remove_pointer_t<decltype(kind)>;
-      remove_from(*global_hooks<M>(), id);
-    });
+  void add(std::function<void(std::uint64_t)> remove) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tables_.push_back(std::move(remove));
   }
+  void remove(std::uint64_t id) noexcept override {
+    std::vector<std::function<void(std::uint64_t)>> tables;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tables = tables_;
+    }
+    for (const auto& remove_from : tables) remove_from(id);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::function<void(std::uint64_t)>> tables_;
 };
+
+const std::shared_ptr<GlobalHookTables>& tables() {
+  static const auto made = std::make_shared<GlobalHookTables>();
+  return made;
+}
+
 }  // namespace
 
 const std::shared_ptr<HookTableBase>& global_hook_tables() {
-  static const std::shared_ptr<HookTableBase> tables = std::make_shared<GlobalHookTables>();
-  return tables;
+  static const std::shared_ptr<HookTableBase> as_base = tables();
+  return as_base;
+}
+
+void add_global_tables(std::function<void(std::uint64_t)> remove) {
+  tables()->add(std::move(remove));
 }
 
 }  // namespace detail

@@ -99,49 +99,42 @@ void check_output(const CallSite& site, const torch::jit::Module& module,
 
 }  // namespace
 
+void JitCall::accept_args() const { check_args(*site, *module, values); }
+
+void JitCall::accept_output() const { check_output(*site, *module, returned.get()); }
+
+void JitCall::wire_inputs(BackwardHookBase& hook) {
+  wrap_values(hook, values, /*output_side=*/false);
+}
+
+void JitCall::wire_output(BackwardHookBase& hook) { wrap_script_output(hook, returned.owned()); }
+
 HookedCall::HookedCall(torch::jit::Module module, const std::shared_ptr<JitHooks>& hooks,
                        std::shared_ptr<const CallSite> site)
     : module_(std::move(module)),
       site_(std::move(site)),
-      dispatch_(global_hooks<torch::jit::Module>().get(), hooks.get()) {}
+      dispatch_(global_hooks<torch::jit::Module>().get(), hooks.get()),
+      call_{&module_, site_.get(), nullptr, {}, {}} {}
+
+c10::IValue HookedCall::run(std::vector<c10::IValue> args,
+                            const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke) {
+  call_.values = std::move(args);
+  call_.invoke = &invoke;
+  dispatch_.run(module_, call_);
+  return std::move(call_.returned.owned());
+}
 
 void HookedCall::enter(std::vector<c10::IValue>& args) {
-  if (dispatch_.has_backward_hooks()) {
-    // The backward hooks run after this call is gone: they get a handle of their own.
-    auto handle = std::make_shared<torch::jit::Module>(module_);
-    backward_hook_ = dispatch_.backward_hook(*handle, [&] { return handle; });
-  }
-  try {
-    if (dispatch_.run_pre_hooks(module_, args)) check_args(*site_, module_, args);
-    if (backward_hook_) wrap_values(*backward_hook_, args, /*output_side=*/false);
-  } catch (...) {
-    args_ = args;
-    failed();
-    throw;
-  }
-  if (dispatch_.has_forward_hooks()) args_ = args;
+  call_.values = std::move(args);
+  dispatch_.enter(module_, call_);
+  // Forward hooks see the args as the method received them.
+  args = dispatch_.has_forward_hooks() ? call_.values : std::move(call_.values);
 }
 
 void HookedCall::exit(c10::IValue& output) {
-  ShownValue shown(std::move(output));
-  try {
-    if (dispatch_.run_forward_hooks(module_, args_, shown)) {
-      check_output(*site_, module_, shown.get());
-    }
-    if (backward_hook_) wrap_script_output(*backward_hook_, shown.owned());
-  } catch (...) {
-    dispatch_.run_always_called(module_, args_, shown);
-    throw;
-  }
-  output = std::move(shown.owned());
-}
-
-void HookedCall::failed() noexcept {
-  ShownValue none;
-  try {
-    dispatch_.run_always_called(module_, args_, none);
-  } catch (...) {  // the method's own exception is the one that propagates
-  }
+  call_.returned.replace(std::move(output));
+  dispatch_.exit(module_, call_);
+  output = std::move(call_.returned.owned());
 }
 
 c10::IValue run_with_hooks(torch::jit::Module& module, const std::shared_ptr<JitHooks>& hooks,
@@ -149,16 +142,7 @@ c10::IValue run_with_hooks(torch::jit::Module& module, const std::shared_ptr<Jit
                            const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke) {
   HookedCall call(module, hooks, std::move(site));
   if (call.empty()) return invoke(inputs);
-  call.enter(inputs);
-  c10::IValue output;
-  try {
-    output = invoke(inputs);
-  } catch (...) {
-    call.failed();
-    throw;
-  }
-  call.exit(output);
-  return output;
+  return call.run(std::move(inputs), invoke);
 }
 
 namespace {

@@ -35,9 +35,33 @@ struct CallSite {
   bool exact_arity = false;
 };
 
-/// The hook side of one call of a TorchScript module, in the two halves that a call site
-/// rewritten as `modhooks::enter` / `modhooks::exit` runs apart: Python's `_call_impl` without
-/// the forward. The hook lists are snapshotted when it is made.
+/// How a call of a TorchScript module shows itself to the hook sequence (see `Dispatch`): its
+/// args and output are IValues already; replacements are checked against the call site's types.
+struct JitCall {
+  const HookArgs& args() const noexcept { return values; }
+  void replace_args(HookArgs&& replaced) { values = std::move(replaced); }
+  void accept_args() const;
+  void forward() { returned.replace((*invoke)(values)); }
+  const HookArgs& forward_args() const noexcept { return values; }
+  ShownValue& output() noexcept { return returned; }
+  void accept_output() const;
+  std::shared_ptr<torch::jit::Module> keep_alive() const {
+    // The backward hooks run after this call is gone: they get a handle of their own.
+    return std::make_shared<torch::jit::Module>(*module);
+  }
+  void wire_inputs(BackwardHookBase& hook);
+  void wire_output(BackwardHookBase& hook);
+
+  const torch::jit::Module* module;
+  const CallSite* site;
+  const std::function<c10::IValue(std::vector<c10::IValue>&)>* invoke = nullptr;  // `run` only
+  HookArgs values;      // as the method receives them
+  ShownValue returned;  // what the method returned; None until it did
+};
+
+/// The hook side of one call of a TorchScript module, whole (`run`) or in the two halves that a
+/// call site rewritten as `modhooks::enter` / `modhooks::exit` runs apart. The hook lists are
+/// snapshotted when it is made.
 class HookedCall : public torch::CustomClassHolder {
  public:
   /// `hooks` are the module's own tables (may be null); global hooks are added.
@@ -45,21 +69,21 @@ class HookedCall : public torch::CustomClassHolder {
              std::shared_ptr<const CallSite> site);
   bool empty() const { return dispatch_.empty(); }
 
+  /// Runs `invoke` (the module's method) on `args` inside the hooks; returns its output.
+  c10::IValue run(std::vector<c10::IValue> args,
+                  const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke);
   /// Pre-hooks (their replacements checked) and the input side of the backward wiring; `args`
   /// become what the method must receive. Runs the always-call hooks if it throws.
   void enter(std::vector<c10::IValue>& args);
   /// Forward hooks (their replacement checked) and the output side of the backward wiring.
   /// Runs the always-call hooks if it throws.
   void exit(c10::IValue& output);
-  /// The method threw: Python's always-call forward hooks run, with None as the output.
-  void failed() noexcept;
 
  private:
   torch::jit::Module module_;
   std::shared_ptr<const CallSite> site_;
   Dispatch<torch::jit::Module> dispatch_;
-  c10::intrusive_ptr<BackwardHookBase> backward_hook_;
-  std::vector<c10::IValue> args_;  // as the method received them, for the forward hooks
+  JitCall call_;
 };
 
 /// Runs `invoke` (the module's method) with the module's hooks around it: Python's `_call_impl`

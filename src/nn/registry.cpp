@@ -8,7 +8,13 @@
 #include <string>
 
 #include "modhooks/core/error.h"
+#include "modhooks/dispatch/detail/global_tables.h"
 #include "modhooks/nn/submodule.h"
+
+// The global tables of this kind (global_tables.h).
+template struct modhooks::detail::GlobalHooksActive<torch::nn::Module>;
+template const std::shared_ptr<modhooks::detail::ModuleHooks<torch::nn::Module>>&
+modhooks::detail::global_hooks<torch::nn::Module>();
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {

@@ -12,6 +12,10 @@ For each case, into the folder given as the first argument:
   replacement hook ("replaced.<j>"), and for cases with input points what eager's pre-hooks saw
   ("pre.<n>.<k>").
 
+Beside them, call_sequence.oracle.json: Python's answers for the forward-hook call sequences of
+tests/call_sequence_test.cpp, which replays them on call_sequence.pt2 (oracle_call_sequence.py's
+`Parent`, points on `target` with its inputs and on `target.inner`).
+
 Compiling takes minutes on two cores, so the folder is reused while this script, the modhooks
 Python package and torch stay the same (a stamp names their hash). With `--cuda`, only the case
 the GPU machine's check runs: a package compiled for CUDA (branchy_cuda).
@@ -28,6 +32,7 @@ import sys
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(HERE))  # oracle_call_sequence
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -174,6 +179,14 @@ def build(folder: pathlib.Path) -> None:
     ids = torch.randint(0, 100, (2, 16))
     write_case(folder, "bert", bert, [ids], replace="encoder.layer.0.output")
 
+    # The call-sequence scenarios on a point with inputs (tests/call_sequence_test.cpp), and
+    # Python's answers for them: float64, no weights.
+    import oracle_call_sequence as ocs
+
+    write_case(folder, "call_sequence", ocs.Parent(), [ocs.example_input()],
+               points=["target", "target.inner"], inputs_at=["target"])
+    (folder / "call_sequence.oracle.json").write_text(json.dumps(ocs.oracle(), indent=1))
+
     # A package from another modhooks ABI: the same program, its metadata says 9.9.
     ep = mhx.export(Branchy().eval(), (x,))
     torch._inductor.aoti_compile_and_package(
@@ -191,7 +204,8 @@ def build_cuda(folder: pathlib.Path) -> None:
 
 def stamp() -> str:
     digest = hashlib.sha256(torch.__version__.encode())
-    for path in [pathlib.Path(__file__)] + sorted((ROOT / "python" / "modhooks").glob("*.py")):
+    for path in ([pathlib.Path(__file__), HERE / "oracle_call_sequence.py"]
+                 + sorted((ROOT / "python" / "modhooks").glob("*.py"))):
         digest.update(path.read_bytes())
     return digest.hexdigest()
 

@@ -16,6 +16,10 @@
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
+/// Every kind of module, in the order a global hook written for several is added to their tables.
+/// A new kind is its adapter's folder, its identity header included above, and its entry here.
+using Kinds = KindList<torch::nn::Module, torch::jit::Module, const aoti::Point>;
+
 /// The module behind every spelling the public functions accept, nn (`Module&`,
 /// `shared_ptr<T>`, holders), TorchScript (`torch::jit::Module`) or a hook point of an exported
 /// model (`aoti::Point`): the one place that sees every adapter's `module_ref` overloads.

@@ -43,168 +43,107 @@ void unbox_replacement(const char* hook, const torch::nn::Module& module, F&& un
   }
 }
 
-/// Python's `_call_impl` around `module.forward`, on the arguments in `values`: pre-hooks, the
-/// backward wiring, forward, forward hooks; always-call hooks when any of them throws. With
-/// `kOwned` false, `values` refers to the caller's arguments, and the dispatch has neither
-/// pre-hooks nor backward hooks (which would edit them).
-template <class R, bool kOwned, class T, class Values>
-R run_hooked(T& module, Dispatch<torch::nn::Module>& dispatch,
-             const c10::intrusive_ptr<BackwardHookBase>& backward_hook, Values& values) {
-  torch::nn::Module& base = module;
-  std::vector<c10::IValue> pre_args;  // what pre-hooks see and replace, while they run
-  std::optional<R> result;
-  std::optional<ShownValue> output;  // what forward hooks see, while they run
-  try {
-    if constexpr (kOwned) {
-      if (dispatch.has_pre_hooks()) {
-        pre_args = box_all(values);
-        if (dispatch.run_pre_hooks(base, pre_args)) {
-          unbox_replacement("forward pre-hook", base, [&] { unbox_all(pre_args, values); });
-        }
-        pre_args.clear();
-      }
-      if (backward_hook) wrap_tuple(*backward_hook, values, /*output_side=*/false);
-    }
-    result.emplace(std::apply([&](auto&... a) -> R { return module.forward(a...); }, values));
-    if (dispatch.has_forward_hooks()) {
-      const ShownArgs args(values);  // hooks see the args forward received, views included
-      output.emplace(show(*result));
-      if (dispatch.run_forward_hooks(base, args.get(), *output)) {
-        unbox_replacement("forward hook", base, [&] { unbox_into(output->get(), *result); });
-      }
-      output.reset();
-    }
-    if (backward_hook) wrap_output(*backward_hook, *result);
-  } catch (...) {
-    if (!output) output.emplace();
-    if (!pre_args.empty()) {
-      dispatch.run_always_called(base, pre_args, *output);
-    } else {
-      const ShownArgs args(values);
-      dispatch.run_always_called(base, args.get(), *output);
-    }
-    throw;
-  }
-  return std::move(*result);
-}
+/// How a call of an nn module shows itself to the hook sequence (see `Dispatch`): forward's typed
+/// arguments and result, boxed for hooks without copies. Hooks see the caller's arguments
+/// themselves, borrowed (see `ShownArgs`), and no reference count moves for them; forward gets
+/// copies only where a pre-hook replaced them or the backward wiring wraps them, so the caller's
+/// variables stay as they were.
+template <class T, class R, class... Args>
+class NnCall {
+  using Values = std::tuple<std::decay_t<Args>...>;  // copies forward runs on, when needed
+  using Refs = std::tuple<std::remove_reference_t<Args>&...>;  // what forward runs on
 
-/// What `own_forward_hooks_only` found: whether the module's own forward hooks are all that a
-/// call of it runs, and those hooks (null where the module has none at all).
-struct OwnForwardHooks {
-  bool only;
-  HookList<ForwardHookEntry<torch::nn::Module>>::Snapshot forward;
+ public:
+  MODHOOKS_ALWAYS_INLINE NnCall(T& module, Args&... args) : module_(module) {
+    refs_.emplace(args...);
+  }
+
+  const HookArgs& args() {
+    if (C10_UNLIKELY(replaced_.has_value())) return *replaced_;
+    return shown_args();
+  }
+  MODHOOKS_COLD void replace_args(HookArgs&& args) {
+    shown_.reset();
+    replaced_ = std::move(args);
+  }
+  MODHOOKS_COLD void accept_args() {
+    own();
+    torch::nn::Module& base = module_;
+    unbox_replacement("forward pre-hook", base, [&] { unbox_all(*replaced_, *values_); });
+    replaced_.reset();
+  }
+  MODHOOKS_ALWAYS_INLINE void forward() {
+    shown_.reset();  // a call nested in forward takes the thread's vector
+    result_.emplace(std::apply([&](auto&... a) -> R { return module_.forward(a...); }, *refs_));
+  }
+  MODHOOKS_ALWAYS_INLINE const HookArgs& forward_args() { return shown_args(); }
+  MODHOOKS_ALWAYS_INLINE ShownValue& output() {
+    if (!output_) {
+      if (result_) {
+        output_.emplace(show(*result_));
+      } else {
+        output_.emplace();
+      }
+    }
+    return *output_;
+  }
+  MODHOOKS_COLD void accept_output() {
+    torch::nn::Module& base = module_;
+    unbox_replacement("forward hook", base, [&] { unbox_into(output_->get(), *result_); });
+  }
+  std::shared_ptr<torch::nn::Module> keep_alive() {
+    torch::nn::Module& base = module_;
+    return base.weak_from_this().lock();
+  }
+  MODHOOKS_COLD void wire_inputs(BackwardHookBase& hook) {
+    own();
+    wrap_tuple(hook, *values_, /*output_side=*/false);
+  }
+  MODHOOKS_COLD void wire_output(BackwardHookBase& hook) {
+    output_.reset();  // it may borrow what the wiring replaces
+    wrap_output(hook, *result_);
+  }
+
+  MODHOOKS_ALWAYS_INLINE R result() { return std::move(*result_); }
+
+ private:
+  MODHOOKS_ALWAYS_INLINE const HookArgs& shown_args() {
+    if (!shown_) shown_.emplace(*refs_);
+    return shown_->get();
+  }
+  /// Forward runs on copies from now on (made once).
+  void own() {
+    if (values_) return;
+    shown_.reset();
+    values_.emplace(std::apply([](auto&... a) { return Values(a...); }, *refs_));
+    std::apply([&](auto&... v) { refs_.emplace(v...); }, *values_);
+  }
+
+  T& module_;
+  std::optional<Refs> refs_;
+  std::optional<Values> values_;
+  std::optional<ShownArgs<Refs>> shown_;  // the args hooks see, borrowed from `refs_`
+  std::optional<HookArgs> replaced_;      // a pre-hook's replacement, until accepted
+  std::optional<R> result_;
+  std::optional<ShownValue> output_;  // what forward hooks see, borrowed from `result_`
 };
 
-/// Whether the module's own forward hooks are all that a call of it without global hooks runs
-/// (no other kind of hook, none `always_call`), found in one visit of its tables, with those
-/// hooks. The call's `Dispatch` is not built here: a `std::optional` of it, even unset, was
-/// zero-filled on every call (160 bytes, two `rep stos`: three quarters of `call_with_hooks`'
-/// own samples in a perf profile of two no-op hooks on Identity), so the general path builds its
-/// own (`call_dispatched`). This path and its helpers are inlined into one function: after a
-/// forward whose code evicts theirs from the instruction cache (Linear), each extra function is
-/// extra cache lines to fetch again. The snapshot is taken last, straight into the result, so
-/// that its reference count moves once.
-MODHOOKS_ALWAYS_INLINE inline OwnForwardHooks own_forward_hooks_only(
-    const torch::nn::Module& module) {
-  return nn_table<NnHooks>().visit(
-      &module, [&](const std::shared_ptr<NnHooks>* found) MODHOOKS_ALWAYS_INLINE {
-        // None at all: the filter's slot is shared with a hooked module.
-        if (!found) return OwnForwardHooks{true, nullptr};
-        const NnHooks& hooks = **found;
-        if (!hooks.forward_hooks_only()) return OwnForwardHooks{false, nullptr};
-        return OwnForwardHooks{true, hooks.forward.snapshot_guarded()};
-      });
-}
-
-/// A forward hook's replacement, taken out of the hooked call's way (hooks that replace are rare).
-MODHOOKS_COLD inline void take_replacement(ShownValue& output, std::optional<c10::IValue>& value) {
-  output.replace(std::move(*value));
-  value.reset();
-}
-template <class R>
-MODHOOKS_COLD void unbox_forward_replacement(const torch::nn::Module& module,
-                                             const c10::IValue& output, R& result) {
-  unbox_replacement("forward hook", module, [&] { unbox_into(output, result); });
-}
-
-/// Python's `_call_impl` when the module's own forward hooks are all it runs: forward, then the
-/// hooks on what forward received (the caller's arguments, not copies) and its result, each
-/// borrowed. No error path: without always-call hooks, what forward or a hook throws propagates
-/// as it is. Forward evicts this path's code and data from the first-level caches on a real
-/// layer, so what it costs is mostly the cache lines it spans: two no-op hooks on Conv2d take 196
-/// instructions, 18 instruction-cache and 12.5 data-cache misses a call beside forward
-/// (callgrind's cache simulation on call_bench, the hooks and libtorch's reference counts
-/// included). They took 359 and 38 instruction-cache misses while the rare cases (a
-/// replacement, a nested call, a dead module's entry) were inline, the snapshot's count and the
-/// shown values' destructors were out-of-line calls, and the arguments were pushed onto a vector
-/// emptied after each call; and 16.5 data-cache misses while the kinds of hooks were read from
-/// each list's own line (see `ModuleHooks::kinds`).
-template <class R, class T, class... Args>
-MODHOOKS_ALWAYS_INLINE inline R run_forward_hooks_only(
-    T& module, const std::vector<HookList<ForwardHookEntry<torch::nn::Module>>::Entry>& hooks,
-    Args&... args) {
-  torch::nn::Module& base = module;
-  R result = module.forward(args...);
-  {
-    const ShownArgs shown(std::tuple<Args&...>(args...));
-    ShownValue output = show(result);
-    bool replaced = false;
-    for (const auto& entry : hooks) {
-      std::optional<c10::IValue> replacement = entry.hook.fn(base, shown.get(), output.get());
-      if (C10_UNLIKELY(replacement.has_value())) {
-        take_replacement(output, replacement);
-        replaced = true;
-      }
-    }
-    if (C10_UNLIKELY(replaced)) unbox_forward_replacement(base, output.get(), result);
-  }
-  return result;
-}
-
-/// `call` through the call's `Dispatch`: global hooks, pre-hooks, backward hooks, always-call
-/// forward hooks.
-template <class T, class... Args>
-C10_NOINLINE auto call_dispatched(T& module, Args&&... args)
-    -> decltype(module.forward(std::forward<Args>(args)...)) {
-  using R = decltype(module.forward(std::forward<Args>(args)...));
-  torch::nn::Module& base = module;
-  const NnHooks* global =
-      global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) != 0
-          ? global_hooks<torch::nn::Module>().get()
-          : nullptr;
-  Dispatch<torch::nn::Module> dispatch = dispatch_for(module, global);
-  if (dispatch.empty()) return module.forward(std::forward<Args>(args)...);
-
-  auto backward_hook = dispatch.backward_hook(base, [&] { return base.weak_from_this().lock(); });
-  if (dispatch.has_pre_hooks() || backward_hook) {
-    // Pre-hooks may replace the arguments and the backward wiring wraps them: forward gets
-    // copies, the caller's variables stay as they were.
-    std::tuple<std::decay_t<Args>...> values(std::forward<Args>(args)...);
-    return run_hooked<R, true>(module, dispatch, backward_hook, values);
-  }
-  // Forward hooks only: forward and the hooks see the caller's arguments themselves, and no
-  // reference count moves for a copy.
-  std::tuple<std::remove_reference_t<Args>&...> values(args...);
-  return run_hooked<R, false>(module, dispatch, backward_hook, values);
-}
-
-/// `call` when some hook exists somewhere.
+/// `call` when some hook exists somewhere: the module's and the global hook lists, snapshotted
+/// in one visit of its tables, around `forward` (`Dispatch::run`).
 template <class T, class... Args>
 C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
   using R = decltype(module.forward(std::forward<Args>(args)...));
   torch::nn::Module& base = module;
-  if (C10_LIKELY(global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0 &&
-                 hooked_modules.may_have_hooks(&base))) {
-    const OwnForwardHooks own = own_forward_hooks_only(base);
-    if (C10_LIKELY(own.only)) {
-      if (C10_UNLIKELY(!own.forward)) return module.forward(std::forward<Args>(args)...);
-      return run_forward_hooks_only<R>(module, *own.forward, args...);
-    }
-  }
-  // Looks the module up a second time: the general path's pre-hook boxing and backward wiring
-  // cost far more than that.
-  return call_dispatched(module, std::forward<Args>(args)...);
+  const NnHooks* global =
+      C10_LIKELY(global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0)
+          ? nullptr
+          : global_hooks<torch::nn::Module>().get();
+  Dispatch<torch::nn::Module> dispatch = dispatch_for(base, global);
+  if (C10_UNLIKELY(dispatch.empty())) return module.forward(std::forward<Args>(args)...);
+  NnCall<T, R, Args...> call(module, args...);
+  dispatch.run(base, call);
+  return call.result();
 }
 
 }  // namespace detail

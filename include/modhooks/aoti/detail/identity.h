@@ -10,10 +10,24 @@
 #include "modhooks/version.h"
 
 // Who a hook point is, for the registration functions: the point itself, whose hook tables its
-// model made when it loaded the package. Nothing here needs AOTInductor's headers.
+// model made when it loaded the package; and what kind of module it is. Nothing here needs
+// AOTInductor's headers.
 
 MODHOOKS_BEGIN_NAMESPACE
+namespace aoti {
+class Point;
+}  // namespace aoti
+
 namespace detail {
+
+/// A package runs forward only: no autograd graph, no module state of its own; and a global
+/// hook reaches points only when written for them.
+template <>
+struct KindTraits<const aoti::Point> {
+  static constexpr bool backward = false;
+  static constexpr bool state = false;
+  static constexpr bool generic_hooks = false;
+};
 
 using PointHooks = ModuleHooks<const aoti::Point>;
 

@@ -16,19 +16,11 @@
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
-/// The type hooks receive for a module of type `T`, its kind: `torch::nn::Module` for every nn
-/// module, `torch::jit::Module` for TorchScript ones, `const aoti::Point` for a hook point.
-template <class T>
+/// The type hooks receive for a module of type `T`, its kind: `T` itself unless its adapter says
+/// otherwise (nn: `torch::nn::Module` for every module class derived from it).
+template <class T, class = void>
 struct BaseOfT {
-  using type = std::conditional_t<std::is_base_of_v<torch::nn::Module, T>, torch::nn::Module, T>;
-};
-template <>
-struct BaseOfT<torch::jit::Module> {
-  using type = torch::jit::Module;
-};
-template <>
-struct BaseOfT<const aoti::Point> {
-  using type = const aoti::Point;
+  using type = T;
 };
 template <class T>
 using BaseOf = typename BaseOfT<T>::type;

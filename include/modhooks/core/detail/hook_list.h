@@ -120,22 +120,12 @@ class SharedVector {
   Block* block_ = nullptr;
 };
 
-/// Whether a stored hook sends a hooked call down its general path: no hook does unless an
-/// overload for its type, found by argument-dependent lookup, says so (`ForwardHookEntry`'s
-/// `always_call`).
-template <class Hook>
-constexpr bool takes_general_path(const Hook& /*hook*/) noexcept {
-  return false;
-}
-
 /// A word of bits that the lists of one module's tables share (`ModuleHooks::kinds`), and which
-/// of them one list keeps: `nonempty` while it holds hooks, `general` while one of its hooks
-/// `takes_general_path`. A hooked call reads from this one word what kinds of hooks it runs,
-/// where it read a size from each list's own cache line.
+/// of them one list keeps: `nonempty` while it holds hooks. A hooked call reads from this one
+/// word what kinds of hooks it runs, where it read a size from each list's own cache line.
 struct KindBits {
   std::atomic<std::uint32_t>* word = nullptr;
   std::uint32_t nonempty = 0;
-  std::uint32_t general = 0;
 };
 
 /// An ordered list of hooks of one kind on one module (or the global list of that kind).
@@ -241,11 +231,7 @@ class HookList final : public HookTableBase {
   /// exclusive-or of this list's old and new bits, so the other lists' bits, which their editors
   /// may change meanwhile, are never rewritten.
   void publish(Snapshot next) {
-    std::uint32_t bits = 0;
-    if (!next->empty()) bits |= kinds_.nonempty;
-    for (const Entry& entry : *next) {
-      if (takes_general_path(entry.hook)) bits |= kinds_.general;
-    }
+    const std::uint32_t bits = next->empty() ? 0 : kinds_.nonempty;
     {
       std::lock_guard<SpinLock> lock(*guard_);
       entries_.swap(next);

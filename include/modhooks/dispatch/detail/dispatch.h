@@ -7,14 +7,15 @@
 #include <c10/util/Exception.h>
 #include <c10/util/MaybeOwned.h>
 
-#include <algorithm>
-#include <cstdint>
+#include <cstddef>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "modhooks/core/detail/inline.h"
+#include "modhooks/core/detail/kinds.h"
 #include "modhooks/dispatch/detail/backward_hook.h"
 #include "modhooks/dispatch/detail/module_hooks.h"
 #include "modhooks/version.h"
@@ -50,6 +51,11 @@ class ShownValue {
   }
 
   const c10::IValue& get() const noexcept { return value_; }
+  /// Borrows `tensor` as `borrowing` does, in place of the value held.
+  void borrow(const at::Tensor& tensor) noexcept {
+    replace(c10::IValue(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(tensor)));
+    borrowed_ = true;
+  }
   void replace(c10::IValue value) noexcept {
     drop_borrow();
     value_ = std::move(value);
@@ -74,108 +80,183 @@ class ShownValue {
   bool borrowed_ = false;
 };
 
-/// The hook side of one call, Python's `_call_impl` without the forward itself: the lists are
+/// Python's `Module._call_impl`, written once for every kind of module: global then the module's
+/// forward pre-hooks, the input side of the full-backward wiring, forward, global then the
+/// module's forward hooks, the output side; on an exception anywhere in it, the always-call
+/// forward hooks that have not started yet, whose own exceptions become warnings. The lists are
 /// snapshotted when the call starts, so hooks registered or removed meanwhile do not affect it.
-/// `call` for nn modules (typed arguments) and for TorchScript modules (IValues) both run it.
+///
+/// An adapter supplies only what its kind of module does differently, as a `Call` object:
+/// \code
+///   const HookArgs& args();           // what pre-hooks (and always-call hooks) see now
+///   void replace_args(HookArgs&&);    // a pre-hook returned these
+///   void accept_args();               // pre-hooks replaced the args: check and take them
+///   void forward();                   // runs the module (only for `run`)
+///   const HookArgs& forward_args();   // what forward hooks see: the args forward received
+///   ShownValue& output();             // forward's result as hooks see it; None before it returned
+///   void accept_output();             // forward hooks replaced output(): check and take it
+///   // kinds with backward hooks (KindTraits<M>::backward):
+///   std::shared_ptr<M> keep_alive();  // what keeps the module alive for the backward pass
+///   void wire_inputs(BackwardHookBase&);
+///   void wire_output(BackwardHookBase&);
+/// \endcode
+/// `run` is the whole call; adapters whose forward runs elsewhere (an inner call site of a
+/// TorchScript graph, the boundary of a submodule compiled into a package) call `enter` and `exit`
+/// around it, and `failed` where it threw.
 template <class M>
 class Dispatch {
  public:
   /// Snapshots the lists of `global` (null where no global hooks apply) and of `local` (the
   /// module's tables, null where it has none); neither is used after the constructor.
   /// `local_guarded`: the caller holds the guard of `local`'s lists (see `HookList`).
-  Dispatch(const ModuleHooks<M>* global, const ModuleHooks<M>* local, bool local_guarded = false)
+  MODHOOKS_ALWAYS_INLINE Dispatch(const ModuleHooks<M>* global, const ModuleHooks<M>* local,
+                                  bool local_guarded = false)
       : global_(global, false), local_(local, local_guarded) {}
 
-  bool has_pre_hooks() const { return any(global_.forward_pre) || any(local_.forward_pre); }
-  bool has_forward_hooks() const { return any(global_.forward) || any(local_.forward); }
+  bool has_pre_hooks() const { return global_.forward_pre || local_.forward_pre; }
+  bool has_forward_hooks() const { return global_.forward || local_.forward; }
   bool has_backward_hooks() const {
-    return any(global_.backward_pre) || any(global_.backward) || any(local_.backward_pre) ||
-           any(local_.backward);
+    return global_.backward_pre || global_.backward || local_.backward_pre || local_.backward;
   }
   bool empty() const { return !has_pre_hooks() && !has_forward_hooks() && !has_backward_hooks(); }
 
-  /// The full-backward wiring of this call, or null when no backward hook exists.
-  /// `keep_alive()` gives what keeps the module alive for the backward pass; it is asked only
-  /// when a backward hook exists (taking a shared_ptr costs a hooked call atomic operations).
-  template <class KeepAlive>
-  c10::intrusive_ptr<BackwardHookBase> backward_hook(M& module, KeepAlive&& keep_alive) {
-    if (!has_backward_hooks()) return {};
-    return c10::make_intrusive<BackwardHook<M>>(module, keep_alive(), global_, local_);
+  /// The whole call: `enter`, `call.forward()`, `exit`.
+  template <class Call>
+  MODHOOKS_ALWAYS_INLINE void run(M& module, Call& call) {
+    guarded(module, call, [&]() MODHOOKS_ALWAYS_INLINE {
+      enter_steps(module, call);
+      call.forward();
+      exit_steps(module, call);
+    });
   }
 
-  /// Global, then the module's pre-hooks; each sees the args the previous one left. Returns
-  /// whether any replaced them.
-  bool run_pre_hooks(M& module, std::vector<c10::IValue>& args) {
-    bool replaced_any = false;
-    for (const auto* list : {&global_.forward_pre, &local_.forward_pre}) {
-      if (!*list) continue;
-      for (const auto& entry : **list) {
-        if (auto replaced = entry.hook(module, args)) {
-          args = std::move(*replaced);
-          replaced_any = true;
-        }
-      }
+  /// The steps before forward: pre-hooks, their replacement checked, the input side of the
+  /// backward wiring.
+  template <class Call>
+  void enter(M& module, Call& call) {
+    guarded(module, call, [&] { enter_steps(module, call); });
+  }
+
+  /// The steps after forward: forward hooks, their replacement checked, the output side of the
+  /// backward wiring.
+  template <class Call>
+  void exit(M& module, Call& call) {
+    guarded(module, call, [&] { exit_steps(module, call); });
+  }
+
+  /// Forward threw between `enter` and `exit`: the always-call hooks, with `call.output()` None.
+  template <class Call>
+  void failed(M& module, Call& call) noexcept {
+    try {
+      run_always_called(module, call);
+    } catch (...) {  // forward's own exception is the one that propagates
     }
-    return replaced_any;
-  }
-
-  /// Global, then the module's forward hooks; returns whether any replaced `output`.
-  bool run_forward_hooks(M& module, const std::vector<c10::IValue>& args, ShownValue& output) {
-    bool replaced_any = false;
-    for (const auto* list : {&global_.forward, &local_.forward}) {
-      if (!*list) continue;
-      for (const auto& entry : **list) {
-        // Marked before the call: a hook that raises is not run again by the error path.
-        if (entry.hook.always_call) always_called_.push_back(entry.id);
-        if (auto replaced = entry.hook.fn(module, args, output.get())) {
-          output.replace(std::move(*replaced));
-          replaced_any = true;
-        }
-      }
-    }
-    return replaced_any;
-  }
-
-  /// Python's exception path: always-call forward hooks that have not run yet run now, global
-  /// ones first; an exception they raise becomes a warning, so the original error is the one
-  /// that propagates.
-  void run_always_called(M& module, const std::vector<c10::IValue>& args, ShownValue& output) {
-    run_always_called(module, global_.forward, "global module ", args, output);
-    run_always_called(module, local_.forward, "module ", args, output);
   }
 
  private:
-  using Forward = typename HookList<ForwardHookEntry<M>>::Snapshot;
-
-  template <class Snapshot>
-  static bool any(const Snapshot& s) {
-    return s && !s->empty();
+  /// Runs `steps`; where they throw, the always-call hooks that have not started, then the
+  /// exception goes on.
+  template <class Call, class Steps>
+  MODHOOKS_ALWAYS_INLINE void guarded(M& module, Call& call, Steps&& steps) {
+    try {
+      steps();
+    } catch (...) {
+      run_always_called(module, call);
+      throw;
+    }
   }
 
-  void run_always_called(M& module, const Forward& hooks, const char* kind,
-                         const std::vector<c10::IValue>& args, ShownValue& output) {
-    if (!hooks) return;
-    for (const auto& entry : *hooks) {
-      if (!entry.hook.always_call || std::find(always_called_.begin(), always_called_.end(),
-                                               entry.id) != always_called_.end()) {
-        continue;
+  template <class Call>
+  MODHOOKS_ALWAYS_INLINE void enter_steps(M& module, Call& call) {
+    if constexpr (KindTraits<M>::backward) {
+      if (C10_UNLIKELY(has_backward_hooks())) {
+        // The backward pass outlives the call: its hooks get the module through what keeps it
+        // alive (a handle of its own for a TorchScript module, the owner of an nn one).
+        std::shared_ptr<M> alive = call.keep_alive();
+        M& hooked = alive ? *alive : module;
+        backward_ = c10::make_intrusive<BackwardHook<M>>(hooked, std::move(alive), global_, local_);
       }
-      try {
-        if (auto replaced = entry.hook.fn(module, args, output.get())) {
-          output.replace(std::move(*replaced));
+    }
+    if (has_pre_hooks()) {
+      bool replaced = false;
+      for (const auto* list : {&global_.forward_pre, &local_.forward_pre}) {
+        if (!*list) continue;
+        for (const auto& entry : **list) {
+          std::optional<HookArgs> replacement = entry.hook(module, call.args());
+          if (C10_UNLIKELY(replacement.has_value())) {
+            call.replace_args(std::move(*replacement));
+            replaced = true;
+          }
         }
-      } catch (const std::exception& e) {
-        TORCH_WARN(kind,
-                   "forward hook with ``always_call=True`` raised an exception that was "
-                   "silenced as another error was raised in forward: ",
-                   e.what());
+      }
+      if (C10_UNLIKELY(replaced)) call.accept_args();
+    }
+    if constexpr (KindTraits<M>::backward) {
+      if (C10_UNLIKELY(backward_)) call.wire_inputs(*backward_);
+    }
+  }
+
+  template <class Call>
+  MODHOOKS_ALWAYS_INLINE void exit_steps(M& module, Call& call) {
+    if (has_forward_hooks()) {
+      const HookArgs& args = call.forward_args();
+      ShownValue& output = call.output();
+      bool replaced = false;
+      for (const auto* list : {&global_.forward, &local_.forward}) {
+        if (!*list) continue;
+        for (const auto& entry : **list) {
+          ++started_;  // before the call: a hook that raises is not run again by the error path
+          std::optional<c10::IValue> replacement = entry.hook.fn(module, args, output.get());
+          if (C10_UNLIKELY(replacement.has_value())) {
+            take_replacement(output, replacement);
+            replaced = true;
+          }
+        }
+      }
+      if (C10_UNLIKELY(replaced)) call.accept_output();
+    }
+    if constexpr (KindTraits<M>::backward) {
+      if (C10_UNLIKELY(backward_)) call.wire_output(*backward_);
+    }
+  }
+
+  /// A forward hook's replacement, out of the hooked call's way (hooks that replace are rare).
+  MODHOOKS_COLD static void take_replacement(ShownValue& output,
+                                             std::optional<c10::IValue>& value) {
+    output.replace(std::move(*value));
+    value.reset();
+  }
+
+  /// Python's exception path: the always-call forward hooks that have not started, global ones
+  /// first, on the args as they are and the output (None where forward did not return).
+  template <class Call>
+  MODHOOKS_COLD void run_always_called(M& module, Call& call) {
+    const HookArgs& args = call.args();
+    ShownValue& output = call.output();
+    std::size_t position = 0;
+    for (const auto* list : {&global_.forward, &local_.forward}) {
+      if (!*list) continue;
+      const char* kind = list == &global_.forward ? "global module " : "module ";
+      for (const auto& entry : **list) {
+        if (position++ < started_ || !entry.hook.always_call) continue;
+        try {
+          if (auto replaced = entry.hook.fn(module, args, output.get())) {
+            output.replace(std::move(*replaced));
+          }
+        } catch (const std::exception& e) {
+          TORCH_WARN(kind,
+                     "forward hook with ``always_call=True`` raised an exception that was "
+                     "silenced as another error was raised in forward: ",
+                     e.what());
+        }
       }
     }
   }
 
   HookSnapshots<M> global_;
   HookSnapshots<M> local_;
-  std::vector<std::uint64_t> always_called_;
+  c10::intrusive_ptr<BackwardHookBase> backward_;
+  std::size_t started_ = 0;  // forward hooks started, in the order they run
 };
 
 }  // namespace detail

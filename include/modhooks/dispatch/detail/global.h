@@ -4,9 +4,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
-#include "modhooks/core/detail/kinds.h"
 #include "modhooks/core/handle.h"
 #include "modhooks/dispatch/detail/module_hooks.h"
 #include "modhooks/version.h"
@@ -16,7 +16,7 @@ namespace detail {
 
 /// How many global hooks for modules of kind `M` exist: `call` reads it inline, beside the filter
 /// of hooked modules, to send a module without hooks of any kind straight to `forward`. One
-/// counter per kind, defined in the library (src/dispatch/global.cpp).
+/// counter per kind, defined by the kind's adapter in the library (global_tables.h).
 template <class M>
 struct GlobalHooksActive {
   static std::atomic<std::int64_t> count;
@@ -26,24 +26,18 @@ std::atomic<std::int64_t>& global_hooks_active() noexcept {
   return GlobalHooksActive<M>::count;
 }
 
-/// The tables of `register_module_*` hooks for modules of kind `M` (see kinds.h), which run for
-/// every module of that kind before its own hooks.
+/// The tables of `register_module_*` hooks for modules of kind `M`, which run for every module of
+/// that kind before its own hooks; defined by the kind's adapter (global_tables.h).
 template <class M>
 const std::shared_ptr<ModuleHooks<M>>& global_hooks();
 
-extern template struct GlobalHooksActive<torch::nn::Module>;
-extern template struct GlobalHooksActive<torch::jit::Module>;
-extern template struct GlobalHooksActive<const aoti::Point>;
-extern template const std::shared_ptr<ModuleHooks<torch::nn::Module>>&
-global_hooks<torch::nn::Module>();
-extern template const std::shared_ptr<ModuleHooks<torch::jit::Module>>&
-global_hooks<torch::jit::Module>();
-extern template const std::shared_ptr<ModuleHooks<const aoti::Point>>&
-global_hooks<const aoti::Point>();
-
 /// What the handle of a global hook points to: removes the id from every kind's global lists (a
-/// hook taking `auto&` sits in both nn's and TorchScript's).
+/// hook taking `auto&` sits in several).
 const std::shared_ptr<HookTableBase>& global_hook_tables();
+
+/// Files `remove`, which removes an id from one kind's global lists, where `global_hook_tables`
+/// reaches it: each kind's tables do so when they are made.
+void add_global_tables(std::function<void(std::uint64_t)> remove);
 
 }  // namespace detail
 MODHOOKS_END_NAMESPACE

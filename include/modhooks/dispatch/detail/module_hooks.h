@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <c10/macros/Macros.h>
 
 #include <atomic>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "modhooks/core/detail/hook_list.h"
+#include "modhooks/core/detail/inline.h"
 #include "modhooks/dispatch/hook_types.h"
 #include "modhooks/version.h"
 
@@ -43,13 +45,6 @@ template <class M>
 using BackwardHookFn =
     std::function<std::optional<TensorList>(M&, const TensorList&, const TensorList&)>;
 
-/// Whether a stored forward hook sends a hooked call down its general path, where a hook that
-/// raises is followed by the always-call hooks (see `KindBits`).
-template <class M>
-constexpr bool takes_general_path(const ForwardHookEntry<M>& entry) noexcept {
-  return entry.always_call;
-}
-
 /// The hook tables of one module, or the global ones. Every list counts into
 /// `call_hooks_active`, which keeps `call` on its fast path while nothing is registered.
 /// `observer`, when given, hears of every hook added or removed (see `HookObserver`); the
@@ -59,13 +54,12 @@ constexpr bool takes_general_path(const ForwardHookEntry<M>& entry) noexcept {
 /// after it, all that a call with forward hooks only reads of its tables, share one line.
 template <class M>
 struct alignas(64) ModuleHooks {
-  /// The bits of `kinds`: which lists hold hooks, and whether a forward hook is always-call.
+  /// The bits of `kinds`: which lists hold hooks.
   enum Kind : std::uint32_t {
     kForward = 1,
-    kAlwaysCall = 2,
-    kForwardPre = 4,
-    kBackwardPre = 8,
-    kBackward = 16,
+    kForwardPre = 2,
+    kBackwardPre = 4,
+    kBackward = 8,
   };
 
   /// `guard`, when given, guards the lists instead of their own locks (see `HookList`).
@@ -74,38 +68,39 @@ struct alignas(64) ModuleHooks {
 
   /// No hook in any list (a relaxed load: a hook added meanwhile may or may not be seen).
   bool empty() const noexcept { return kinds.load(std::memory_order_relaxed) == 0; }
-  /// Forward hooks are all the lists hold, none of them always-call; read under the tables'
-  /// guard, it agrees with the snapshots taken under it.
-  bool forward_hooks_only() const noexcept {
-    return (kinds.load(std::memory_order_relaxed) & ~std::uint32_t{kForward}) == 0;
-  }
 
   std::shared_ptr<HookObserver> observer;  // declared first: the lists report to it as they die
   SpinLock* guard;
   std::atomic<std::uint32_t> kinds{0};  // `Kind` bits, kept by the lists
   HookList<ForwardHookEntry<M>> forward{&call_hooks_active, observer.get(), guard,
-                                        KindBits{&kinds, kForward, kAlwaysCall}};
+                                        KindBits{&kinds, kForward}};
   HookList<ForwardPreHookFn<M>> forward_pre{&call_hooks_active, observer.get(), guard,
-                                            KindBits{&kinds, kForwardPre, 0}};
+                                            KindBits{&kinds, kForwardPre}};
   HookList<BackwardPreHookFn<M>> backward_pre{&call_hooks_active, observer.get(), guard,
-                                              KindBits{&kinds, kBackwardPre, 0}};
+                                              KindBits{&kinds, kBackwardPre}};
   HookList<BackwardHookFn<M>> backward{&call_hooks_active, observer.get(), guard,
-                                       KindBits{&kinds, kBackward, 0}};
+                                       KindBits{&kinds, kBackward}};
 };
 
 /// The lists of one `ModuleHooks` as one call sees them: snapshots taken when the call starts,
 /// so that the call needs no reference to the tables themselves (each reference costs a hooked
-/// call two atomic operations). Empty lists are null.
+/// call two atomic operations). Empty lists are null; which lists hold hooks is read from the
+/// tables' word of kinds, so that a call touches the cache lines of those lists only.
 template <class M>
 struct HookSnapshots {
   HookSnapshots() = default;
   /// `hooks` may be null (no tables); it is not used after the constructor. `guarded`: the
   /// caller holds the tables' guard.
-  HookSnapshots(const ModuleHooks<M>* hooks, bool guarded)
-      : forward_pre(take(hooks, &ModuleHooks<M>::forward_pre, guarded)),
-        forward(take(hooks, &ModuleHooks<M>::forward, guarded)),
-        backward_pre(take(hooks, &ModuleHooks<M>::backward_pre, guarded)),
-        backward(take(hooks, &ModuleHooks<M>::backward, guarded)) {}
+  MODHOOKS_ALWAYS_INLINE HookSnapshots(const ModuleHooks<M>* hooks, bool guarded) {
+    if (!hooks) return;
+    const std::uint32_t kinds = hooks->kinds.load(std::memory_order_relaxed);
+    if (kinds & ModuleHooks<M>::kForwardPre) forward_pre = take(hooks->forward_pre, guarded);
+    if (kinds & ModuleHooks<M>::kForward) forward = take(hooks->forward, guarded);
+    if (C10_UNLIKELY(kinds & (ModuleHooks<M>::kBackwardPre | ModuleHooks<M>::kBackward))) {
+      backward_pre = take(hooks->backward_pre, guarded);
+      backward = take(hooks->backward, guarded);
+    }
+  }
 
   typename HookList<ForwardPreHookFn<M>>::Snapshot forward_pre;
   typename HookList<ForwardHookEntry<M>>::Snapshot forward;
@@ -114,11 +109,9 @@ struct HookSnapshots {
 
  private:
   template <class Hook>
-  static typename HookList<Hook>::Snapshot take(const ModuleHooks<M>* hooks,
-                                                HookList<Hook> ModuleHooks<M>::*list,
-                                                bool guarded) {
-    if (!hooks) return nullptr;
-    return guarded ? (hooks->*list).snapshot_guarded() : (hooks->*list).snapshot();
+  MODHOOKS_ALWAYS_INLINE static typename HookList<Hook>::Snapshot take(const HookList<Hook>& list,
+                                                                       bool guarded) {
+    return guarded ? list.snapshot_guarded() : list.snapshot();
   }
 };
 

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "modhooks/core/detail/adapt.h"
 #include "modhooks/core/detail/module_table.h"
 #include "modhooks/version.h"
 
@@ -74,6 +75,13 @@ std::shared_ptr<Hooks> entry_find(ModuleTable<Hooks, NnOwner>& table,
                                   const torch::nn::Module& module) {
   return table.find(&module, NnOwner::of(module));
 }
+
+/// The kind of every nn module class is `torch::nn::Module`: hooks receive it as such, or as the
+/// class they were registered on (see `invoke_hook`).
+template <class T>
+struct BaseOfT<T, std::enable_if_t<std::is_base_of_v<torch::nn::Module, T>>> {
+  using type = torch::nn::Module;
+};
 
 /// The class name Python's `_get_name()` would print ("Linear" for `torch::nn::LinearImpl`).
 std::string python_class_name(const torch::nn::Module& module);

@@ -1,0 +1,103 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#include "aliases.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace detail {
+namespace {
+
+/// The aliases of earlier firings on this thread that no hook kept: making a storage and a
+/// tensor object for each shown tensor was about a third of what a firing cost (aoti_bench), so
+/// `shown_alias` points one of these at the new memory instead. Bounded: a thread keeps at most
+/// this many.
+thread_local std::vector<at::Tensor> spare_aliases;
+constexpr std::size_t kMaxSpareAliases = 64;
+
+/// Whether nothing but `alias` itself owns it or its storage, strongly or weakly, and no hook
+/// gave it autograd state: what a hook did to it is then gone with the firing.
+bool unshared(const at::Tensor& alias) {
+  const c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
+  const c10::Storage& storage = impl->storage();
+  if (alias.use_count() != 1 || alias.weak_use_count() != 1 || storage.use_count() != 1 ||
+      impl->autograd_meta() != nullptr) {
+    return false;
+  }
+  // Its weak count, read as c10::raw::intrusive_ptr::use_count reads a strong one: through an
+  // intrusive_ptr that neither takes a reference nor drops one.
+  auto owner = c10::intrusive_ptr<c10::StorageImpl>::reclaim(storage.unsafeGetStorageImpl());
+  const bool weakly_unshared = owner.weak_use_count() == 1;
+  owner.release();
+  return weakly_unshared;
+}
+
+/// A tensor over `x`'s memory with a storage object of its own, which is what hooks see: the
+/// compiled model reuses its buffers once a value is dead, so a hook that keeps what it got
+/// (Python users do: `acts[name] = output`) would find other values there later. `keep_valid`
+/// swaps the memory of this storage for a copy where a hook kept the tensor or a view of it;
+/// where none did, nothing is copied and the alias goes back to `spare_aliases`.
+at::Tensor shown_alias(const at::Tensor& x) {
+  const c10::Storage& memory = x.storage();
+  c10::DataPtr data(memory.mutable_data(), x.device());
+  if (!spare_aliases.empty()) {
+    at::Tensor alias = std::move(spare_aliases.back());
+    spare_aliases.pop_back();
+    // The device too: two GPUs have the same dispatch keys, and a tensor's device is fixed
+    // when it is made.
+    if (alias.key_set() == x.key_set() && alias.dtype() == x.dtype() &&
+        alias.device() == x.device()) {
+      c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
+      impl->storage().unsafeGetStorageImpl()->UniqueStorageShareExternalPointer(std::move(data),
+                                                                                memory.nbytes());
+      // Consecutive points often show tensors of one geometry: setting it anew recomputes the
+      // contiguity flags, about 110 of a firing's 812 instructions (callgrind, aoti_bench's 16
+      // Linear points), so it is set only where it differs.
+      if (impl->storage_offset() != x.storage_offset() || impl->sizes() != x.sizes() ||
+          impl->strides() != x.strides()) {
+        impl->set_sizes_and_strides(x.sizes(), x.strides(), x.storage_offset());
+      }
+      return alias;
+    }
+  }
+  c10::Storage storage(c10::Storage::use_byte_size_t(), memory.nbytes(), std::move(data),
+                       /*allocator=*/nullptr, /*resizable=*/false);
+  auto alias = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), x.key_set(), x.dtype());
+  alias.unsafeGetTensorImpl()->set_sizes_and_strides(x.sizes(), x.strides(), x.storage_offset());
+  return alias;
+}
+
+}  // namespace
+
+Shown shown_aliases(at::TensorList xs) {
+  Shown shown;
+  for (const auto& x : xs) shown.push_back(shown_alias(x));
+  return shown;
+}
+
+void keep_valid(Shown& shown, at::TensorList xs) {
+  for (std::size_t i = 0; i < shown.size(); ++i) {
+    at::Tensor& alias = shown[i];
+    if (unshared(alias)) {
+      if (spare_aliases.size() < kMaxSpareAliases) spare_aliases.push_back(std::move(alias));
+      continue;
+    }
+    const c10::Storage& storage = alias.unsafeGetTensorImpl()->storage();
+    const auto nbytes = static_cast<std::int64_t>(storage.nbytes());
+    auto bytes = at::TensorOptions().dtype(at::kByte).device(alias.device());
+    at::Tensor copy = at::empty({nbytes}, bytes);
+    copy.copy_(at::empty({0}, bytes).set_(xs[i].storage(), 0, {nbytes}, {1}));
+    c10::DataPtr data = copy.storage().unsafeGetStorageImpl()->set_data_ptr(c10::DataPtr());
+    storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(data));
+  }
+}
+
+}  // namespace detail
+MODHOOKS_END_NAMESPACE

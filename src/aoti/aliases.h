@@ -1,0 +1,44 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
+
+#include "modhooks/version.h"
+
+// What hooks at a point are shown: tensors over the compiled graph's memory that stay valid
+// where a hook keeps them.
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace detail {
+
+/// The tensors shown at one point (its outputs or its inputs): one or a few.
+using Shown = c10::SmallVector<at::Tensor, 4>;
+
+/// An alias of each of `xs`: a tensor over its memory with a storage object of its own. The
+/// compiled model reuses its buffers once a value is dead, so a hook that keeps what it got
+/// (Python users do: `acts[name] = output`) would find other values there later: see
+/// `keep_valid`.
+Shown shown_aliases(at::TensorList xs);
+
+/// Gives each alias in `shown` that a hook kept (another owner of it or of its storage exists
+/// once the hooks' values are gone) a copy of the memory of the tensor it shows, `xs[i]`; the
+/// others go back to the thread's spare aliases.
+void keep_valid(Shown& shown, at::TensorList xs);
+
+/// Runs `hooks` on the aliases in `shown`, then `keep_valid`: also when a hook throws, since it
+/// may have kept what it was shown before it did.
+template <class Hooks>
+void run_keeping_valid(Shown& shown, at::TensorList xs, Hooks&& hooks) {
+  try {
+    hooks();
+  } catch (...) {
+    keep_valid(shown, xs);
+    throw;
+  }
+  keep_valid(shown, xs);
+}
+
+}  // namespace detail
+MODHOOKS_END_NAMESPACE

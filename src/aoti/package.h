@@ -1,0 +1,48 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "modhooks/aoti/point.h"
+#include "modhooks/version.h"
+
+// A loaded package: AOTInductor's loader, the checks before it runs anything of the package, and
+// the table of points that modhooks.export wrote into its metadata.
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace detail {
+
+class AotiModel {
+ public:
+  /// Loads the package at `path` with `num_runners` runners; throws `aoti.model.num_runners`,
+  /// `aoti.package.*` as docs/errors.md lists them.
+  AotiModel(std::string path, std::size_t num_runners, const std::string& model_name,
+            int device_index);
+
+  const aoti::Point* find(std::string_view name) const {
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? nullptr : it->second;
+  }
+
+  std::string path;
+  std::size_t runners;
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  std::vector<std::unique_ptr<aoti::Point>> points;
+  std::vector<std::string> names;
+
+ private:
+  void read_points(const std::unordered_map<std::string, std::string>& metadata);
+
+  std::unordered_map<std::string_view, const aoti::Point*> by_name_;
+};
+
+}  // namespace detail
+MODHOOKS_END_NAMESPACE

@@ -1,0 +1,401 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Differential test of the forward-hook call sequence: every combination of the global and the
+// module's own forward pre-hooks, forward hooks (prepended or not) and always-call forward hooks,
+// with replacements and failures (a pre-hook, the forward or a forward hook raising; always-call
+// hooks raising on the error path), replayed on three kinds of module against Python's
+// `Module._call_impl` (tests/python/oracle_call_sequence.py runs the scenarios and writes what
+// each hook saw, the output or the error, and the warnings):
+// - a torch::nn module, the child `target` of a parent whose forward runs it through
+//   `modhooks::call`;
+// - a TorchScript inner submodule: hooks on `target` of the scripted parent, fired where the
+//   parent's forward calls it;
+// - an AOTInductor point: `target` of the same parent exported with its inputs as a point
+//   (`Point::has_inputs()`, so pre-hooks run and forward hooks see the args).
+// The nn and TorchScript cases build as call_sequence_test (the python_oracle fixture); the same
+// file built with MODHOOKS_AOTI_PACKAGES defined is call_sequence_aoti_test, which reads the
+// package and Python's answers that tests/python/aoti_packages.py writes (the aoti_packages
+// fixture).
+//
+// A point has no forward of its own that could raise: in the scenarios where the target's
+// forward raises, the aoti case makes a forward hook on the inner point `target.inner` raise
+// while `target`'s point is open, as Python's outer module sees an exception from the module it
+// calls (the oracle checks in Python that both ways give the same log). Pre-hook scenarios need
+// a point with inputs: on a point without them no pre-hook runs and forward hooks see no args,
+// which no Python module does, so those combinations are not replayed there.
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/serialization/import.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstddef>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "modhooks/modhooks.h"
+#include "test_util.h"
+
+#ifdef MODHOOKS_AOTI_PACKAGES
+#include <cstdlib>
+
+#include "modhooks/aoti.h"
+#endif
+
+namespace {
+
+using Args = std::vector<c10::IValue>;
+using nlohmann::json;
+
+/// The scenarios of oracle_call_sequence.py, in its order (ScenarioList checks both agree).
+const char* const kScenarios[] = {
+    "all_hooks",
+    "own_hooks_only",
+    "global_hooks_only",
+    "pre_hook_replaces_args",
+    "global_pre_hook_replaces_args",
+    "every_pre_hook_replaces_args",
+    "forward_hook_replaces_output",
+    "global_forward_hook_replaces_output",
+    "always_hook_replaces_output",
+    "pre_and_forward_hooks_replace",
+    "global_pre_hook_raises",
+    "pre_hook_raises",
+    "pre_hook_raises_after_replacement",
+    "forward_raises",
+    "forward_raises_after_replacement",
+    "forward_raises_always_hooks_only",
+    "forward_hook_raises",
+    "forward_hook_raises_after_replacement",
+    "global_forward_hook_raises",
+    "prepended_always_hook_ran_before_forward_hook_raises",
+    "always_hook_raises",
+    "global_always_hook_raises",
+    "always_hooks_raise_after_forward_raises",
+    "always_hook_raises_after_pre_hook_raises",
+    "always_hooks_replace_after_forward_raises",
+};
+
+#ifdef MODHOOKS_AOTI_PACKAGES
+/// The packages' folder: MODHOOKS_AOTI_PACKAGES in the environment, else the one the build names
+/// (as in aoti_test.cpp).
+std::string package(const std::string& name) {
+  const char* dir = std::getenv("MODHOOKS_AOTI_PACKAGES");
+  return std::string(dir ? dir : MODHOOKS_AOTI_PACKAGES) + "/" + name;
+}
+std::string oracle_path() { return package("call_sequence.oracle.json"); }
+#else
+std::string fixture(const std::string& name) { return std::string(MODHOOKS_FIXTURES) + "/" + name; }
+std::string oracle_path() { return fixture("call_sequence.json"); }
+#endif
+
+json oracle() {
+  std::ifstream file(oracle_path());
+  EXPECT_TRUE(file) << oracle_path() << ": run the Python oracle first";
+  return file ? json::parse(file) : json::object();
+}
+
+/// One hook of a scenario, as the oracle registered it.
+struct HookSpec {
+  explicit HookSpec(const json& j)
+      : id(j.at("id").get<std::string>()),
+        kind(j.at("kind").get<std::string>()),
+        action(j.at("action").is_null() ? "" : j.at("action").get<std::string>()),
+        prepend(j.at("prepend").get<bool>()),
+        always_call(j.at("always_call").get<bool>()) {}
+  std::string id;
+  std::string kind;    // "global_pre", "pre", "forward", "global_forward"
+  std::string action;  // "", "replace", "raise"
+  bool prepend;
+  bool always_call;
+};
+
+json sum_of(const c10::IValue& value) {
+  if (value.isNone()) return json(nullptr);
+  return json(value.toTensor().sum().item<double>());
+}
+
+json first_arg_sum(const Args& args) { return args.empty() ? json(nullptr) : sum_of(args[0]); }
+
+/// What the hooks saw, and what they do: the oracle's `make_hook`.
+struct Log {
+  std::optional<Args> pre(const HookSpec& spec, const Args& args) {
+    events.push_back(json{{"hook", spec.id}, {"args", first_arg_sum(args)}});
+    if (spec.action == "raise") throw std::runtime_error(spec.id + " failed");
+    if (spec.action == "replace") return Args{args.at(0).toTensor() * 2};
+    return std::nullopt;
+  }
+  std::optional<c10::IValue> forward(const HookSpec& spec, const Args& args,
+                                     const c10::IValue& out) {
+    events.push_back(json{{"hook", spec.id}, {"args", first_arg_sum(args)}, {"out", sum_of(out)}});
+    if (spec.action == "raise") throw std::runtime_error(spec.id + " failed");
+    if (spec.action == "replace") {
+      return out.isNone() ? c10::IValue(args.at(0).toTensor() + 100)
+                          : c10::IValue(out.toTensor() + 1);
+    }
+    return std::nullopt;
+  }
+  json events = json::array();
+};
+
+/// Removes every hook of a case, global ones included, however the case ends.
+struct Handles {
+  Handles() = default;
+  Handles(const Handles&) = delete;
+  Handles& operator=(const Handles&) = delete;
+  ~Handles() {
+    for (auto& h : all) h.remove();
+  }
+  void add(modhooks::RemovableHandle h) { all.push_back(h); }
+  std::vector<modhooks::RemovableHandle> all;
+};
+
+/// Registers the scenario's hooks in its order: own ones on `target`, global ones for every
+/// module of the kind whose hooks take `Mod&`, logging and acting only where `is_target`.
+template <class Mod, class Target, class IsTarget>
+void register_hooks(Target& target, IsTarget is_target, const json& scenario, Log& log,
+                    Handles& handles) {
+  for (const auto& j : scenario.at("hooks")) {
+    const HookSpec spec(j);
+    const modhooks::ForwardHookOptions options =
+        modhooks::ForwardHookOptions().prepend(spec.prepend).always_call(spec.always_call);
+    if (spec.kind == "global_pre") {
+      handles.add(modhooks::register_module_forward_pre_hook(
+          [&log, spec, is_target](Mod& m, const Args& args) -> std::optional<Args> {
+            if (!is_target(m)) return std::nullopt;
+            return log.pre(spec, args);
+          }));
+    } else if (spec.kind == "pre") {
+      handles.add(modhooks::register_forward_pre_hook(
+          target,
+          [&log, spec](Mod&, const Args& args) -> std::optional<Args> {
+            return log.pre(spec, args);
+          },
+          options));
+    } else if (spec.kind == "forward") {
+      handles.add(modhooks::register_forward_hook(
+          target,
+          [&log, spec](Mod&, const Args& args, const c10::IValue& out)
+              -> std::optional<c10::IValue> { return log.forward(spec, args, out); },
+          options));
+    } else {
+      ASSERT_EQ(spec.kind, "global_forward");
+      ASSERT_FALSE(spec.prepend) << "Python's global forward hooks have no prepend";
+      handles.add(modhooks::register_module_forward_hook(
+          [&log, spec, is_target](Mod& m, const Args& args,
+                                  const c10::IValue& out) -> std::optional<c10::IValue> {
+            if (!is_target(m)) return std::nullopt;
+            return log.forward(spec, args, out);
+          },
+          modhooks::ForwardHookOptions().always_call(spec.always_call)));
+    }
+  }
+}
+
+/// Runs the parent once and returns what happened in the oracle's form.
+json outcome(const Log& log, const std::function<at::Tensor()>& run) {
+  json output = nullptr;
+  json error = nullptr;
+  json warnings = json::array();
+  {
+    WarningCapture captured;
+    try {
+      const at::Tensor y = run().detach().to(at::kDouble).contiguous();
+      output = std::vector<double>(y.data_ptr<double>(), y.data_ptr<double>() + y.numel());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    for (const auto& message : captured.messages) {
+      if (message.find("always_call=True") != std::string::npos) warnings.push_back(message);
+    }
+  }
+  return json{{"events", log.events}, {"output", output}, {"error", error}, {"warnings", warnings}};
+}
+
+bool near(const json& got, const json& want) {
+  if (got.is_null() || want.is_null()) return got.is_null() && want.is_null();
+  if (!got.is_number() || !want.is_number()) return false;
+  const double g = got.get<double>();
+  const double w = want.get<double>();
+  return std::abs(g - w) <= 1e-9 * (1.0 + std::abs(w));
+}
+
+/// Where `got` differs from Python's `want`; empty where they agree. Errors and warnings agree
+/// when C++'s text contains Python's (TorchScript wraps an error in its own text).
+std::string mismatch(const json& got, const json& want) {
+  const json& ge = got.at("events");
+  const json& we = want.at("events");
+  if (ge.size() != we.size()) return "the hooks that ran differ";
+  for (std::size_t i = 0; i < we.size(); ++i) {
+    const std::string where = "event " + std::to_string(i) + ": ";
+    if (ge[i].at("hook") != we[i].at("hook")) return where + "another hook ran";
+    if (!near(ge[i].at("args"), we[i].at("args"))) return where + "the hook saw other args";
+    if (ge[i].contains("out") != we[i].contains("out")) return where + "another kind of hook";
+    if (we[i].contains("out") && !near(ge[i].at("out"), we[i].at("out"))) {
+      return where + "the hook saw another output";
+    }
+  }
+  if (want.at("error").is_null()) {
+    if (!got.at("error").is_null()) return "C++ raised where Python returned";
+    const json& go = got.at("output");
+    const json& wo = want.at("output");
+    if (go.size() != wo.size()) return "the outputs' sizes differ";
+    for (std::size_t i = 0; i < wo.size(); ++i) {
+      if (!near(go[i], wo[i])) return "output element " + std::to_string(i) + " differs";
+    }
+  } else {
+    if (got.at("error").is_null()) return "C++ returned where Python raised";
+    if (got.at("error").get<std::string>().find(want.at("error").get<std::string>()) ==
+        std::string::npos) {
+      return "another error propagated";
+    }
+  }
+  const json& gw = got.at("warnings");
+  const json& ww = want.at("warnings");
+  if (gw.size() != ww.size()) return "the warnings differ in number";
+  for (std::size_t i = 0; i < ww.size(); ++i) {
+    if (gw[i].get<std::string>().find(ww[i].get<std::string>()) == std::string::npos) {
+      return "warning " + std::to_string(i) + " differs";
+    }
+  }
+  return "";
+}
+
+/// One line of a result: the hooks in order with what they saw, then the output or the error.
+std::string describe(const json& result) {
+  std::ostringstream s;
+  for (const auto& e : result.at("events")) {
+    s << e.at("hook").get<std::string>() << "(args " << e.at("args").dump();
+    if (e.contains("out")) s << ", out " << e.at("out").dump();
+    s << ") ";
+  }
+  if (result.at("error").is_null()) {
+    s << "-> output " << result.at("output").dump();
+  } else {
+    s << "-> error " << result.at("error").dump();
+  }
+  s << ", warnings " << result.at("warnings").dump();
+  return s.str();
+}
+
+class CallSequence : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    all = oracle();
+    ASSERT_TRUE(all.contains("scenarios"));
+    for (const auto& s : all.at("scenarios")) {
+      if (s.at("name").get<std::string>() == GetParam()) scenario = s;
+    }
+    ASSERT_FALSE(scenario.is_null()) << GetParam() << " is not in " << oracle_path();
+    const auto values = all.at("x").get<std::vector<double>>();
+    x = torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble));
+    message = all.at("message").get<std::string>();
+    forward_raises = scenario.at("forward_raises").get<bool>();
+  }
+  /// Compares what C++ did with what Python did.
+  void expect_python(const json& got) const {
+    EXPECT_EQ(mismatch(got, scenario), "")
+        << "\nC++:    " << describe(got) << "\nPython: " << describe(scenario);
+  }
+  json all;
+  json scenario;
+  at::Tensor x;
+  std::string message;
+  bool forward_raises = false;
+};
+
+TEST(ScenarioList, IsTheOracles) {
+  const json all = oracle();
+  ASSERT_TRUE(all.contains("scenarios"));
+  std::vector<std::string> names;
+  for (const auto& s : all.at("scenarios")) names.push_back(s.at("name").get<std::string>());
+  EXPECT_EQ(names, std::vector<std::string>(std::begin(kScenarios), std::end(kScenarios)));
+}
+
+#ifndef MODHOOKS_AOTI_PACKAGES
+
+/// oracle_call_sequence.py's Target: its forward raises while `fail` is set.
+struct TargetImpl : torch::nn::Module {
+  explicit TargetImpl(std::string text) : message(std::move(text)) {}
+  at::Tensor forward(const at::Tensor& x) {
+    if (fail) throw std::runtime_error(message);
+    return x * 3 + 0.5;
+  }
+  bool fail = false;
+  std::string message;
+};
+
+/// oracle_call_sequence.py's Parent, running its target through its hooks.
+struct ParentImpl : torch::nn::Module {
+  explicit ParentImpl(std::string message)
+      : target(register_module("target", std::make_shared<TargetImpl>(std::move(message)))) {}
+  at::Tensor forward(const at::Tensor& x) { return modhooks::call(target, x) - 1; }
+  std::shared_ptr<TargetImpl> target;
+};
+
+TEST_P(CallSequence, NnModule) {
+  auto parent = std::make_shared<ParentImpl>(message);
+  parent->target->fail = forward_raises;
+  const torch::nn::Module* raw = parent->target.get();
+  Log log;
+  Handles handles;
+  register_hooks<torch::nn::Module>(
+      parent->target, [raw](torch::nn::Module& m) { return &m == raw; }, scenario, log, handles);
+  if (HasFatalFailure()) return;
+  expect_python(outcome(log, [&] { return modhooks::call(parent, x); }));
+}
+
+TEST_P(CallSequence, TorchScriptInnerModule) {
+  torch::jit::Module model = torch::jit::load(fixture("call_sequence_scripted.pt"));
+  torch::jit::Module target = modhooks::submodule(model, "target");
+  target.setattr("fail", forward_raises);  // the scripted Target raises while it is set
+  // Global hooks reach inner call sites once they are rewritten: by a hook on a module of the
+  // callee's type, or by `instrument` (a scenario with global hooks only has no such hook).
+  modhooks::instrument(model);
+  Log log;
+  Handles handles;
+  register_hooks<torch::jit::Module>(
+      target, [target](torch::jit::Module& m) { return m._ivalue() == target._ivalue(); }, scenario,
+      log, handles);
+  if (HasFatalFailure()) return;
+  expect_python(outcome(log, [&] { return model.forward(Args{x}).toTensor(); }));
+}
+
+#else  // MODHOOKS_AOTI_PACKAGES
+
+TEST_P(CallSequence, AotiPoint) {
+  modhooks::aoti::Model net(package("call_sequence.pt2"));
+  const modhooks::aoti::Point& target = net.point("target");
+  ASSERT_TRUE(target.has_inputs()) << "exported without its inputs: pre-hooks would not run";
+  Log log;
+  Handles handles;
+  if (forward_raises) {
+    // The target's forward raising: what it calls raises while its point is open.
+    handles.add(modhooks::register_forward_hook(
+        net.point("target.inner"),
+        [text = message](const modhooks::aoti::Point&, const Args&, const c10::IValue&) {
+          throw std::runtime_error(text);
+        }));
+  }
+  register_hooks<const modhooks::aoti::Point>(
+      target, [](const modhooks::aoti::Point& p) { return p.name() == "target"; }, scenario, log,
+      handles);
+  if (HasFatalFailure()) return;
+  expect_python(outcome(log, [&] { return net.run({x}).at(0); }));
+}
+
+#endif  // MODHOOKS_AOTI_PACKAGES
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, CallSequence, ::testing::ValuesIn(kScenarios),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
+
+}  // namespace
