@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "modhooks/state/detail/copy_fault.h"
 #include "nets.h"
-#include "state/traversal.h"
 #include "test_util.h"
 
 namespace {

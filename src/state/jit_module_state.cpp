@@ -13,7 +13,7 @@
 #include "modhooks/state/detail/load.h"
 #include "modhooks/state/module_state.h"
 #include "modhooks/version.h"
-#include "traversal.h"
+#include "loader.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {

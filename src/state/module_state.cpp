@@ -15,7 +15,7 @@
 
 #include "modhooks/core/detail/module_table.h"
 #include "modhooks/state/detail/load.h"
-#include "traversal.h"
+#include "loader.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {

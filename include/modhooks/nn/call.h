@@ -79,10 +79,14 @@ class NnCall {
   MODHOOKS_ALWAYS_INLINE const HookArgs& forward_args() { return shown_args(); }
   MODHOOKS_ALWAYS_INLINE ShownValue& output() {
     if (!output_) {
-      if (result_) {
-        output_.emplace(show(*result_));
+      if constexpr (std::is_same_v<R, at::Tensor>) {
+        if (result_) {
+          output_.emplace(ShownValue::Borrow{}, *result_);
+        } else {
+          output_.emplace();
+        }
       } else {
-        output_.emplace();
+        output_.emplace(result_ ? box(*result_) : c10::IValue());
       }
     }
     return *output_;

@@ -96,7 +96,7 @@ class SharedVector {
     swap(other);
     return *this;
   }
-  ~SharedVector() {
+  MODHOOKS_ALWAYS_INLINE ~SharedVector() {
     if (block_ && block_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(block_);
   }
   void swap(SharedVector& other) noexcept { std::swap(block_, other.block_); }

@@ -32,11 +32,9 @@ class ShownValue {
   ShownValue() noexcept : value_() {}
   explicit ShownValue(c10::IValue owned) noexcept : value_(std::move(owned)) {}
   /// Borrows `tensor`, which must outlive this value or its next `replace`.
-  MODHOOKS_ALWAYS_INLINE static ShownValue borrowing(const at::Tensor& tensor) noexcept {
-    ShownValue shown(c10::IValue(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(tensor)));
-    shown.borrowed_ = true;
-    return shown;
-  }
+  struct Borrow {};
+  ShownValue(Borrow /*tag*/, const at::Tensor& tensor) noexcept
+      : value_(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(tensor)), borrowed_(true) {}
   ShownValue(ShownValue&& other) noexcept
       : value_(std::move(other.value_)), borrowed_(std::exchange(other.borrowed_, false)) {}
   ShownValue& operator=(ShownValue&&) = delete;
@@ -51,7 +49,7 @@ class ShownValue {
   }
 
   const c10::IValue& get() const noexcept { return value_; }
-  /// Borrows `tensor` as `borrowing` does, in place of the value held.
+  /// Borrows `tensor` in place of the value held.
   void borrow(const at::Tensor& tensor) noexcept {
     replace(c10::IValue(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(tensor)));
     borrowed_ = true;
@@ -111,14 +109,20 @@ class Dispatch {
   /// `local_guarded`: the caller holds the guard of `local`'s lists (see `HookList`).
   MODHOOKS_ALWAYS_INLINE Dispatch(const ModuleHooks<M>* global, const ModuleHooks<M>* local,
                                   bool local_guarded = false)
-      : global_(global, false), local_(local, local_guarded) {}
+      : global_(global, false),
+        local_(local, local_guarded),
+        kinds_(global_.kinds | local_.kinds) {}
+  /// Inlined as the rest of a hooked call: its lists' snapshots are a few null checks to drop.
+  MODHOOKS_ALWAYS_INLINE ~Dispatch() = default;
+  Dispatch(Dispatch&&) noexcept = default;
+  Dispatch& operator=(Dispatch&&) = delete;
 
-  bool has_pre_hooks() const { return global_.forward_pre || local_.forward_pre; }
-  bool has_forward_hooks() const { return global_.forward || local_.forward; }
+  bool has_pre_hooks() const { return (kinds_ & Hooks::kForwardPre) != 0; }
+  bool has_forward_hooks() const { return (kinds_ & Hooks::kForward) != 0; }
   bool has_backward_hooks() const {
-    return global_.backward_pre || global_.backward || local_.backward_pre || local_.backward;
+    return (kinds_ & (Hooks::kBackwardPre | Hooks::kBackward)) != 0;
   }
-  bool empty() const { return !has_pre_hooks() && !has_forward_hooks() && !has_backward_hooks(); }
+  bool empty() const { return kinds_ == 0; }
 
   /// The whole call: `enter`, `call.forward()`, `exit`.
   template <class Call>
@@ -253,8 +257,11 @@ class Dispatch {
     }
   }
 
+  using Hooks = ModuleHooks<M>;
+
   HookSnapshots<M> global_;
   HookSnapshots<M> local_;
+  std::uint32_t kinds_;  // which kinds of hooks the snapshots hold (`ModuleHooks::Kind`)
   c10::intrusive_ptr<BackwardHookBase> backward_;
   std::size_t started_ = 0;  // forward hooks started, in the order they run
 };

@@ -91,27 +91,40 @@ struct HookSnapshots {
   HookSnapshots() = default;
   /// `hooks` may be null (no tables); it is not used after the constructor. `guarded`: the
   /// caller holds the tables' guard.
-  MODHOOKS_ALWAYS_INLINE HookSnapshots(const ModuleHooks<M>* hooks, bool guarded) {
-    if (!hooks) return;
-    const std::uint32_t kinds = hooks->kinds.load(std::memory_order_relaxed);
-    if (kinds & ModuleHooks<M>::kForwardPre) forward_pre = take(hooks->forward_pre, guarded);
-    if (kinds & ModuleHooks<M>::kForward) forward = take(hooks->forward, guarded);
-    if (C10_UNLIKELY(kinds & (ModuleHooks<M>::kBackwardPre | ModuleHooks<M>::kBackward))) {
-      backward_pre = take(hooks->backward_pre, guarded);
-      backward = take(hooks->backward, guarded);
-    }
-  }
+  MODHOOKS_ALWAYS_INLINE HookSnapshots(const ModuleHooks<M>* hooks, bool guarded)
+      : HookSnapshots(hooks, hooks ? hooks->kinds.load(std::memory_order_relaxed) : 0, guarded) {}
+  MODHOOKS_ALWAYS_INLINE ~HookSnapshots() = default;
+  HookSnapshots(const HookSnapshots&) = default;
+  HookSnapshots(HookSnapshots&&) noexcept = default;
+  HookSnapshots& operator=(const HookSnapshots&) = default;
+  HookSnapshots& operator=(HookSnapshots&&) noexcept = default;
 
   typename HookList<ForwardPreHookFn<M>>::Snapshot forward_pre;
   typename HookList<ForwardHookEntry<M>>::Snapshot forward;
   typename HookList<BackwardPreHookFn<M>>::Snapshot backward_pre;
   typename HookList<BackwardHookFn<M>>::Snapshot backward;
+  /// The `ModuleHooks::Kind` bits of the lists that held hooks when the snapshots were taken.
+  std::uint32_t kinds = 0;
 
  private:
+  /// Each snapshot made in place, from the word of kinds read once.
+  MODHOOKS_ALWAYS_INLINE HookSnapshots(const ModuleHooks<M>* hooks, std::uint32_t kinds,
+                                       bool guarded)
+      : forward_pre(take(hooks, &ModuleHooks<M>::forward_pre, kinds & ModuleHooks<M>::kForwardPre,
+                         guarded)),
+        forward(take(hooks, &ModuleHooks<M>::forward, kinds & ModuleHooks<M>::kForward, guarded)),
+        backward_pre(take(hooks, &ModuleHooks<M>::backward_pre,
+                          kinds & ModuleHooks<M>::kBackwardPre, guarded)),
+        backward(
+            take(hooks, &ModuleHooks<M>::backward, kinds & ModuleHooks<M>::kBackward, guarded)),
+        kinds(kinds) {}
+
   template <class Hook>
-  MODHOOKS_ALWAYS_INLINE static typename HookList<Hook>::Snapshot take(const HookList<Hook>& list,
-                                                                       bool guarded) {
-    return guarded ? list.snapshot_guarded() : list.snapshot();
+  MODHOOKS_ALWAYS_INLINE static typename HookList<Hook>::Snapshot take(
+      const ModuleHooks<M>* hooks, HookList<Hook> ModuleHooks<M>::*list, bool nonempty,
+      bool guarded) {
+    if (!nonempty) return nullptr;
+    return guarded ? (hooks->*list).snapshot_guarded() : (hooks->*list).snapshot();
   }
 };
 

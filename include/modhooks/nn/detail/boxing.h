@@ -138,16 +138,6 @@ std::vector<c10::IValue> box_all(const std::tuple<Ts...>& values) {
   return boxed;
 }
 
-/// What forward hooks see of `value`: its boxed form; a tensor is borrowed (see `ShownValue`).
-template <class T>
-MODHOOKS_ALWAYS_INLINE inline ShownValue show(const T& value) {
-  if constexpr (std::is_same_v<T, at::Tensor>) {
-    return ShownValue::borrowing(value);
-  } else {
-    return ShownValue(box(value));
-  }
-}
-
 /// The vector of `args` that forward hooks see: one per thread, kept between calls at the size
 /// of the last one, its elements None, so that a hooked call neither allocates nor calls out of
 /// line to fill it. A call nested inside a hook, which finds it in use, takes a vector of its own.

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "modhooks/core/detail/inline.h"
 #include "modhooks/core/detail/module_table.h"
 #include "modhooks/dispatch/detail/dispatch.h"
 #include "modhooks/dispatch/detail/module_hooks.h"
@@ -32,14 +33,16 @@ inline ModuleTable<NnHooks, NnOwner>& nn_table<NnHooks>() noexcept {
 std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module);
 
 /// The dispatch of one call of `module`: snapshots of its hook lists, taken under the table's
-/// lock, and of `global`'s (null where no global hooks apply).
-inline Dispatch<torch::nn::Module> dispatch_for(const torch::nn::Module& module,
-                                                const NnHooks* global) {
+/// lock, and of `global`'s (null where no global hooks apply). Inlined into the hooked call, as
+/// everything a call runs between forward and its hooks.
+MODHOOKS_ALWAYS_INLINE inline Dispatch<torch::nn::Module> dispatch_for(
+    const torch::nn::Module& module, const NnHooks* global) {
   if (!hooked_modules.may_have_hooks(&module)) return Dispatch<torch::nn::Module>(global, nullptr);
-  return nn_table<NnHooks>().visit(&module, [&](const std::shared_ptr<NnHooks>* hooks) {
-    return Dispatch<torch::nn::Module>(global, hooks ? hooks->get() : nullptr,
-                                       /*local_guarded=*/true);
-  });
+  return nn_table<NnHooks>().visit(
+      &module, [&](const std::shared_ptr<NnHooks>* hooks) MODHOOKS_ALWAYS_INLINE {
+        return Dispatch<torch::nn::Module>(global, hooks ? hooks->get() : nullptr,
+                                           /*local_guarded=*/true);
+      });
 }
 
 /// The hook tables of `module`, created on first use.
