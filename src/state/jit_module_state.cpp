@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "loader.h"
 #include "modhooks/jit/detail/identity.h"
 #include "modhooks/state/detail/load.h"
 #include "modhooks/state/module_state.h"
 #include "modhooks/version.h"
-#include "loader.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "loader.h"
 #include "modhooks/core/detail/module_table.h"
 #include "modhooks/state/detail/load.h"
-#include "loader.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
