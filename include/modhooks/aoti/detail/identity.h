@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "modhooks/core/detail/kinds.h"
+#include "modhooks/dispatch/detail/global.h"
 #include "modhooks/dispatch/detail/module_hooks.h"
 #include "modhooks/version.h"
 
@@ -30,6 +31,11 @@ struct KindTraits<const aoti::Point> {
 };
 
 using PointHooks = ModuleHooks<const aoti::Point>;
+
+/// The global tables of this kind, instantiated in the library (src/aoti/package.cpp).
+extern template struct GlobalHooksActive<const aoti::Point>;
+extern template const std::shared_ptr<ModuleHooks<const aoti::Point>>&
+global_hooks<const aoti::Point>();
 
 /// A point is named by reference only: `Model::point` hands out the model's own. A template
 /// that takes exactly a point: a plain `const aoti::Point&` overload would make overload

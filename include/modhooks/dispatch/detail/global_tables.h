@@ -15,6 +15,7 @@
 //   template struct modhooks::detail::GlobalHooksActive<Kind>;
 //   template const std::shared_ptr<modhooks::detail::ModuleHooks<Kind>>&
 //   modhooks::detail::global_hooks<Kind>();
+// and declared `extern template` in a header of the adapter that its callers include.
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {

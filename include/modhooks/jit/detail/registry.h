@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "modhooks/core/detail/module_table.h"
+#include "modhooks/dispatch/detail/global.h"
 #include "modhooks/dispatch/detail/module_hooks.h"
 #include "modhooks/jit/detail/identity.h"
 #include "modhooks/version.h"
@@ -19,6 +20,11 @@ namespace detail {
 
 /// Where TorchScript modules' call hooks live, keyed by the object (identity.h).
 using JitHooks = ModuleHooks<torch::jit::Module>;
+
+/// The global tables of this kind, instantiated in the library (src/jit/registry.cpp).
+extern template struct GlobalHooksActive<torch::jit::Module>;
+extern template const std::shared_ptr<ModuleHooks<torch::jit::Module>>&
+global_hooks<torch::jit::Module>();
 
 template <>
 ModuleTable<JitHooks, JitOwner>& jit_table<JitHooks>() noexcept;

@@ -9,6 +9,7 @@
 #include "modhooks/core/detail/inline.h"
 #include "modhooks/core/detail/module_table.h"
 #include "modhooks/dispatch/detail/dispatch.h"
+#include "modhooks/dispatch/detail/global.h"
 #include "modhooks/dispatch/detail/module_hooks.h"
 #include "modhooks/nn/detail/identity.h"
 #include "modhooks/version.h"
@@ -19,6 +20,11 @@ MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 using NnHooks = ModuleHooks<torch::nn::Module>;
+
+/// The global tables of this kind, instantiated in the library (src/nn/registry.cpp).
+extern template struct GlobalHooksActive<torch::nn::Module>;
+extern template const std::shared_ptr<ModuleHooks<torch::nn::Module>>&
+global_hooks<torch::nn::Module>();
 
 /// The hook table itself is a namespace-scope object of the library rather than a function's
 /// static: every hooked call of an nn module reaches it (`dispatch_for`, inlined into the
