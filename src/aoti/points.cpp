@@ -25,7 +25,8 @@
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
-namespace {
+// `PointCall` and `PointRun` have external linkage (in `detail`) because `Run`, declared in
+// run.h, holds them: GCC's -Wsubobject-linkage refuses a field of an anonymous-namespace type.
 
 /// How a hook point shows itself to the hook sequence (see `Dispatch`): the tensors the graph
 /// holds at the point, as aliases that stay valid where a hook keeps them; a replacement must
@@ -87,11 +88,15 @@ class PointCall {
   std::optional<std::vector<at::Tensor>> replaced_;
 };
 
+namespace {
+
 const PointHooks* global_point_hooks() {
   return global_hooks_active<const aoti::Point>().load(std::memory_order_relaxed) != 0
              ? global_hooks<const aoti::Point>().get()
              : nullptr;
 }
+
+}  // namespace
 
 /// One call of a point: its hooks' snapshots, taken at its input point (where it has one) and
 /// kept open until its output point.
@@ -101,8 +106,6 @@ struct PointRun {
   Dispatch<const aoti::Point> dispatch;
   PointCall call;
 };
-
-}  // namespace
 
 /// One `Model::run` on this thread: which model the operators' kernels serve, what a hook threw,
 /// and the points entered at their input point and not left yet, innermost last.
