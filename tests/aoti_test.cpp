@@ -195,6 +195,15 @@ TEST(AotiModel, BadFilesAreTypedErrors) {
                     "aoti.package.abi_mismatch", "exported for the modhooks ABI 9.9");
 }
 
+TEST(AotiModel, RefusesBeforeLoadingTheCompiledLibrary) {
+  // Each package's library is cut short: a check made after loading it would see unloadable.
+  EXPECT_ERROR_WITH(modhooks::aoti::Model(package("other_abi_broken_library.pt2")), RuntimeError,
+                    "aoti.package.abi_mismatch", "exported for the modhooks ABI 9.9");
+  if (at::hasCUDA()) GTEST_SKIP() << "this process has CUDA";
+  EXPECT_ERROR_WITH(modhooks::aoti::Model(package("cuda_device_broken_library.pt2")), RuntimeError,
+                    "aoti.package.cuda_unavailable", "was compiled for CUDA");
+}
+
 TEST(AotiEager, BranchyFiresInEagerOrder) { expect_eager("branchy"); }
 TEST(AotiEager, ResNet18EverySubmodule) { expect_eager("resnet18"); }
 TEST(AotiEager, ResNet18Blocks) { expect_eager("resnet18_blocks"); }

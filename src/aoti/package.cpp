@@ -2,6 +2,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "package.h"
 
+#include <ATen/Context.h>
+
 #include <exception>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -40,6 +42,8 @@ namespace {
 /// The keys of a package's metadata that modhooks writes (python/modhooks/export.py).
 constexpr const char* kAbiKey = "modhooks.abi";
 constexpr const char* kPointsKey = "modhooks.points";
+/// The key AOTInductor writes the device a package was compiled for under ("cpu", "cuda").
+constexpr const char* kDeviceKey = "AOTI_DEVICE_KEY";
 
 /// The hook-point protocol's version: the library's ABI, major.minor while the major version
 /// is 0, as the ABI namespace and the soname are.
@@ -74,26 +78,54 @@ AotiModel::AotiModel(std::string path_, std::size_t num_runners, const std::stri
         "aoti.package.not_a_package",
         "modhooks: " + path + " is not an AOTInductor package (.pt2): not a zip file");
   }
+  // What the package says of itself, read before any of its native code is loaded: a package
+  // of another modhooks ABI, or one compiled for a device this process lacks, is refused first.
+  std::unordered_map<std::string, std::string> metadata;
+  try {
+    metadata =
+        torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, model_name);
+  } catch (const std::exception& e) {
+    fail_unloadable(e);
+  }
+  check_abi(metadata);
+  check_device(metadata);
   try {
     loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
         path, model_name, /*run_single_threaded=*/false, num_runners,
         static_cast<c10::DeviceIndex>(device_index));
   } catch (const std::exception& e) {
-    fail<FormatError>("aoti.package.unloadable",
-                      "modhooks: cannot load the AOTInductor package " + path + ": " + e.what());
+    fail_unloadable(e);
   }
   read_points(loader->get_metadata());
 }
 
-void AotiModel::read_points(const std::unordered_map<std::string, std::string>& metadata) {
+void AotiModel::fail_unloadable(const std::exception& e) const {
+  fail<FormatError>("aoti.package.unloadable",
+                    "modhooks: cannot load the AOTInductor package " + path + ": " + e.what());
+}
+
+void AotiModel::check_abi(const std::unordered_map<std::string, std::string>& metadata) const {
   auto abi = metadata.find(kAbiKey);
-  if (abi == metadata.end()) return;  // compiled without modhooks' points
-  if (abi->second != library_abi()) {
-    fail<RuntimeError>("aoti.package.abi_mismatch",
-                       "modhooks: " + path + " was exported for the modhooks ABI " + abi->second +
-                           "; this library is " + library_abi() +
-                           ": export it again with the matching modhooks Python package");
-  }
+  if (abi == metadata.end() || abi->second == library_abi()) return;
+  fail<RuntimeError>("aoti.package.abi_mismatch",
+                     "modhooks: " + path + " was exported for the modhooks ABI " + abi->second +
+                         "; this library is " + library_abi() +
+                         ": export it again with the matching modhooks Python package");
+}
+
+void AotiModel::check_device(const std::unordered_map<std::string, std::string>& metadata) const {
+  auto device = metadata.find(kDeviceKey);
+  if (device == metadata.end() || device->second.rfind("cuda", 0) != 0) return;
+  if (at::hasCUDA()) return;
+  fail<RuntimeError>("aoti.package.cuda_unavailable",
+                     "modhooks: " + path +
+                         " was compiled for CUDA, and this process has no CUDA device (or a "
+                         "libtorch built without CUDA): compile it for the CPU, or run it where "
+                         "CUDA is");
+}
+
+void AotiModel::read_points(const std::unordered_map<std::string, std::string>& metadata) {
+  if (metadata.find(kAbiKey) == metadata.end()) return;  // compiled without modhooks' points
   auto table = metadata.find(kPointsKey);
   nlohmann::json parsed;
   try {

@@ -5,6 +5,7 @@
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -39,6 +40,11 @@ class AotiModel {
   std::vector<std::string> names;
 
  private:
+  [[noreturn]] void fail_unloadable(const std::exception& e) const;
+  /// `aoti.package.abi_mismatch` where the package's modhooks ABI is not this library's.
+  void check_abi(const std::unordered_map<std::string, std::string>& metadata) const;
+  /// `aoti.package.cuda_unavailable` where it was compiled for CUDA and this process has none.
+  void check_device(const std::unordered_map<std::string, std::string>& metadata) const;
   void read_points(const std::unordered_map<std::string, std::string>& metadata);
 
   std::unordered_map<std::string_view, const aoti::Point*> by_name_;

@@ -192,6 +192,26 @@ def build(folder: pathlib.Path) -> None:
     torch._inductor.aoti_compile_and_package(
         ep, package_path=str(folder / "other_abi.pt2"),
         inductor_configs={"aot_inductor.metadata": {mhx.ABI_KEY: "9.9", mhx.POINTS_KEY: "[]"}})
+    # The two refusals that come before the compiled library is loaded: each package's library
+    # cut short, so that a refusal made after loading it would be aoti.package.unloadable.
+    rewritten(folder / "other_abi.pt2", folder / "other_abi_broken_library.pt2", {})
+    rewritten(folder / "branchy.pt2", folder / "cuda_device_broken_library.pt2",
+              {"AOTI_DEVICE_KEY": "cuda"})
+
+
+def rewritten(source: pathlib.Path, target: pathlib.Path, metadata: dict[str, str]) -> None:
+    """`source` as `target`, its metadata's keys `metadata` changed and its compiled library cut to
+    its first 64 bytes."""
+    import zipfile
+
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith("_metadata.json"):
+                data = json.dumps({**json.loads(data), **metadata}).encode()
+            elif info.filename.endswith(".so"):
+                data = data[:64]
+            dst.writestr(info.filename, data)
 
 
 def build_cuda(folder: pathlib.Path) -> None:

@@ -51,19 +51,18 @@ void unbox_replacement(const char* hook, const torch::nn::Module& module, F&& un
 template <class T, class R, class... Args>
 class NnCall {
   using Values = std::tuple<std::decay_t<Args>...>;  // copies forward runs on, when needed
-  using Refs = std::tuple<std::remove_reference_t<Args>&...>;  // what forward runs on
+  using Refs = std::tuple<std::remove_reference_t<Args>&...>;
+  using Pointers = std::tuple<std::remove_reference_t<Args>*...>;  // what forward runs on
 
  public:
-  MODHOOKS_ALWAYS_INLINE NnCall(T& module, Args&... args) : module_(module) {
-    refs_.emplace(args...);
-  }
+  MODHOOKS_ALWAYS_INLINE NnCall(T& module, Args&... args) : module_(module), args_(&args...) {}
 
   const HookArgs& args() {
     if (C10_UNLIKELY(replaced_.has_value())) return *replaced_;
     return shown_args();
   }
   MODHOOKS_COLD void replace_args(HookArgs&& args) {
-    shown_.reset();
+    shown_.hide();
     replaced_ = std::move(args);
   }
   MODHOOKS_COLD void accept_args() {
@@ -73,8 +72,8 @@ class NnCall {
     replaced_.reset();
   }
   MODHOOKS_ALWAYS_INLINE void forward() {
-    shown_.reset();  // a call nested in forward takes the thread's vector
-    result_.emplace(std::apply([&](auto&... a) -> R { return module_.forward(a...); }, *refs_));
+    shown_.hide();  // a call nested in forward takes the thread's vector
+    result_.emplace(std::apply([&](auto*... a) -> R { return module_.forward(*a...); }, args_));
   }
   MODHOOKS_ALWAYS_INLINE const HookArgs& forward_args() { return shown_args(); }
   MODHOOKS_ALWAYS_INLINE ShownValue& output() {
@@ -112,22 +111,22 @@ class NnCall {
 
  private:
   MODHOOKS_ALWAYS_INLINE const HookArgs& shown_args() {
-    if (!shown_) shown_.emplace(*refs_);
-    return shown_->get();
+    if (!shown_.shown()) shown_.show(std::apply([](auto*... a) { return Refs(*a...); }, args_));
+    return shown_.get();
   }
   /// Forward runs on copies from now on (made once).
   void own() {
     if (values_) return;
-    shown_.reset();
-    values_.emplace(std::apply([](auto&... a) { return Values(a...); }, *refs_));
-    std::apply([&](auto&... v) { refs_.emplace(v...); }, *values_);
+    shown_.hide();
+    values_.emplace(std::apply([](auto*... a) { return Values(*a...); }, args_));
+    args_ = std::apply([](auto&... v) { return Pointers(&v...); }, *values_);
   }
 
   T& module_;
-  std::optional<Refs> refs_;
+  Pointers args_;  // the caller's arguments, or `values_`
   std::optional<Values> values_;
-  std::optional<ShownArgs<Refs>> shown_;  // the args hooks see, borrowed from `refs_`
-  std::optional<HookArgs> replaced_;      // a pre-hook's replacement, until accepted
+  ShownArgs<Refs> shown_;             // the args hooks see, borrowed from `args_`
+  std::optional<HookArgs> replaced_;  // a pre-hook's replacement, until accepted
   std::optional<R> result_;
   std::optional<ShownValue> output_;  // what forward hooks see, borrowed from `result_`
 };

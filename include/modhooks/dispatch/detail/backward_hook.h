@@ -78,10 +78,10 @@ class BackwardHook final : public BackwardHookBase {
                const HookSnapshots<M>& local)
       : module_(&module),
         keep_alive_(std::move(keep_alive)),
-        global_pre_(global.backward_pre),
-        global_full_(global.backward),
-        local_pre_(local.backward_pre),
-        local_full_(local.backward) {}
+        global_pre_(global.backward_pre()),
+        global_full_(global.backward()),
+        local_pre_(local.backward_pre()),
+        local_full_(local.backward()) {}
 
  private:
   void run_pre_hooks(TensorList& grad_output) override {

@@ -109,9 +109,17 @@ class Dispatch {
   /// `local_guarded`: the caller holds the guard of `local`'s lists (see `HookList`).
   MODHOOKS_ALWAYS_INLINE Dispatch(const ModuleHooks<M>* global, const ModuleHooks<M>* local,
                                   bool local_guarded = false)
-      : global_(global, false),
-        local_(local, local_guarded),
-        kinds_(global_.kinds | local_.kinds) {}
+      : Dispatch(global) {
+    take_module_hooks(local, local_guarded);
+  }
+  /// Snapshots the lists of `global` alone; the module's follow with `take_module_hooks`.
+  MODHOOKS_ALWAYS_INLINE explicit Dispatch(const ModuleHooks<M>* global)
+      : global_(global, false), kinds_(global_.kinds()) {}
+  /// Snapshots the module's lists, `local` (see the constructor); once, before the call runs.
+  MODHOOKS_ALWAYS_INLINE void take_module_hooks(const ModuleHooks<M>* local, bool local_guarded) {
+    local_.take(local, local_guarded);
+    kinds_ |= local_.kinds();
+  }
   /// Inlined as the rest of a hooked call: its lists' snapshots are a few null checks to drop.
   MODHOOKS_ALWAYS_INLINE ~Dispatch() = default;
   Dispatch(Dispatch&&) noexcept = default;
@@ -173,25 +181,15 @@ class Dispatch {
   template <class Call>
   MODHOOKS_ALWAYS_INLINE void enter_steps(M& module, Call& call) {
     if constexpr (KindTraits<M>::backward) {
-      if (C10_UNLIKELY(has_backward_hooks())) {
-        // The backward pass outlives the call: its hooks get the module through what keeps it
-        // alive (a handle of its own for a TorchScript module, the owner of an nn one).
-        std::shared_ptr<M> alive = call.keep_alive();
-        M& hooked = alive ? *alive : module;
-        backward_ = c10::make_intrusive<BackwardHook<M>>(hooked, std::move(alive), global_, local_);
-      }
+      if (C10_UNLIKELY(has_backward_hooks())) make_backward_hook(module, call);
     }
     if (has_pre_hooks()) {
       bool replaced = false;
-      for (const auto* list : {&global_.forward_pre, &local_.forward_pre}) {
-        if (!*list) continue;
-        for (const auto& entry : **list) {
-          std::optional<HookArgs> replacement = entry.hook(module, call.args());
-          if (C10_UNLIKELY(replacement.has_value())) {
-            call.replace_args(std::move(*replacement));
-            replaced = true;
-          }
-        }
+      if (C10_UNLIKELY(global_.forward_pre() != nullptr)) {
+        replaced = run_pre_hooks_cold(*global_.forward_pre(), module, call);
+      }
+      if (const auto* hooks = local_.forward_pre()) {
+        replaced |= run_pre_hooks(*hooks, module, call);
       }
       if (C10_UNLIKELY(replaced)) call.accept_args();
     }
@@ -206,22 +204,68 @@ class Dispatch {
       const HookArgs& args = call.forward_args();
       ShownValue& output = call.output();
       bool replaced = false;
-      for (const auto* list : {&global_.forward, &local_.forward}) {
-        if (!*list) continue;
-        for (const auto& entry : **list) {
-          ++started_;  // before the call: a hook that raises is not run again by the error path
-          std::optional<c10::IValue> replacement = entry.hook.fn(module, args, output.get());
-          if (C10_UNLIKELY(replacement.has_value())) {
-            take_replacement(output, replacement);
-            replaced = true;
-          }
-        }
+      if (C10_UNLIKELY(global_.forward() != nullptr)) {
+        replaced = run_forward_hooks_cold(*global_.forward(), module, args, output);
+      }
+      if (const auto* hooks = local_.forward()) {
+        replaced |= run_forward_hooks(*hooks, module, args, output);
       }
       if (C10_UNLIKELY(replaced)) call.accept_output();
     }
     if constexpr (KindTraits<M>::backward) {
       if (C10_UNLIKELY(backward_)) call.wire_output(*backward_);
     }
+  }
+
+  /// The node pair of the full-backward wiring. The backward pass outlives the call: its hooks get
+  /// the module through what keeps it alive (a handle of its own for a TorchScript module, the
+  /// owner of an nn one).
+  template <class Call>
+  MODHOOKS_COLD void make_backward_hook(M& module, Call& call) {
+    std::shared_ptr<M> alive = call.keep_alive();
+    M& hooked = alive ? *alive : module;
+    backward_ = c10::make_intrusive<BackwardHook<M>>(hooked, std::move(alive), global_, local_);
+  }
+
+  /// Runs the pre-hooks `hooks`; true where one replaced the args.
+  template <class Entries, class Call>
+  MODHOOKS_ALWAYS_INLINE static bool run_pre_hooks(const Entries& hooks, M& module, Call& call) {
+    bool replaced = false;
+    for (const auto& entry : hooks) {
+      std::optional<HookArgs> replacement = entry.hook(module, call.args());
+      if (C10_UNLIKELY(replacement.has_value())) {
+        call.replace_args(std::move(*replacement));
+        replaced = true;
+      }
+    }
+    return replaced;
+  }
+  /// The same for the global list, out of line: global hooks are rare beside a module's own.
+  template <class Entries, class Call>
+  MODHOOKS_COLD static bool run_pre_hooks_cold(const Entries& hooks, M& module, Call& call) {
+    return run_pre_hooks(hooks, module, call);
+  }
+
+  /// Runs the forward hooks `hooks`, counting each in `started_`; true where one replaced the
+  /// output.
+  template <class Entries>
+  MODHOOKS_ALWAYS_INLINE bool run_forward_hooks(const Entries& hooks, M& module,
+                                                const HookArgs& args, ShownValue& output) {
+    bool replaced = false;
+    for (const auto& entry : hooks) {
+      ++started_;  // before the call: a hook that raises is not run again by the error path
+      std::optional<c10::IValue> replacement = entry.hook.fn(module, args, output.get());
+      if (C10_UNLIKELY(replacement.has_value())) {
+        take_replacement(output, replacement);
+        replaced = true;
+      }
+    }
+    return replaced;
+  }
+  template <class Entries>
+  MODHOOKS_COLD bool run_forward_hooks_cold(const Entries& hooks, M& module, const HookArgs& args,
+                                            ShownValue& output) {
+    return run_forward_hooks(hooks, module, args, output);
   }
 
   /// A forward hook's replacement, out of the hooked call's way (hooks that replace are rare).
@@ -238,10 +282,9 @@ class Dispatch {
     const HookArgs& args = call.args();
     ShownValue& output = call.output();
     std::size_t position = 0;
-    for (const auto* list : {&global_.forward, &local_.forward}) {
-      if (!*list) continue;
-      const char* kind = list == &global_.forward ? "global module " : "module ";
-      for (const auto& entry : **list) {
+    const auto run = [&](const auto* hooks, const char* kind) {
+      if (hooks == nullptr) return;
+      for (const auto& entry : *hooks) {
         if (position++ < started_ || !entry.hook.always_call) continue;
         try {
           if (auto replaced = entry.hook.fn(module, args, output.get())) {
@@ -254,7 +297,9 @@ class Dispatch {
                      e.what());
         }
       }
-    }
+    };
+    run(global_.forward(), "global module ");
+    run(local_.forward(), "module ");
   }
 
   using Hooks = ModuleHooks<M>;

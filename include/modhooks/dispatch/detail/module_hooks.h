@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -84,48 +86,110 @@ struct alignas(64) ModuleHooks {
 
 /// The lists of one `ModuleHooks` as one call sees them: snapshots taken when the call starts,
 /// so that the call needs no reference to the tables themselves (each reference costs a hooked
-/// call two atomic operations). Empty lists are null; which lists hold hooks is read from the
-/// tables' word of kinds, so that a call touches the cache lines of those lists only.
+/// call two atomic operations). Only the lists that held hooks are snapshotted, read from the
+/// tables' word of kinds: a call touches the cache lines of those lists alone, and its lists that
+/// hold nothing cost it neither a null written nor one tested when it ends (a call with forward
+/// hooks only, the common one, would otherwise pay for seven empty snapshots).
 template <class M>
-struct HookSnapshots {
-  HookSnapshots() = default;
-  /// `hooks` may be null (no tables); it is not used after the constructor. `guarded`: the
-  /// caller holds the tables' guard.
-  MODHOOKS_ALWAYS_INLINE HookSnapshots(const ModuleHooks<M>* hooks, bool guarded)
-      : HookSnapshots(hooks, hooks ? hooks->kinds.load(std::memory_order_relaxed) : 0, guarded) {}
-  MODHOOKS_ALWAYS_INLINE ~HookSnapshots() = default;
-  HookSnapshots(const HookSnapshots&) = default;
-  HookSnapshots(HookSnapshots&&) noexcept = default;
-  HookSnapshots& operator=(const HookSnapshots&) = default;
-  HookSnapshots& operator=(HookSnapshots&&) noexcept = default;
+class HookSnapshots {
+  using Hooks = ModuleHooks<M>;
+  template <class Hook>
+  using Snapshot = typename HookList<Hook>::Snapshot;
+  template <class Hook>
+  using Entries = typename HookList<Hook>::Entries;
 
-  typename HookList<ForwardPreHookFn<M>>::Snapshot forward_pre;
-  typename HookList<ForwardHookEntry<M>>::Snapshot forward;
-  typename HookList<BackwardPreHookFn<M>>::Snapshot backward_pre;
-  typename HookList<BackwardHookFn<M>>::Snapshot backward;
-  /// The `ModuleHooks::Kind` bits of the lists that held hooks when the snapshots were taken.
-  std::uint32_t kinds = 0;
+ public:
+  /// No lists.
+  HookSnapshots() noexcept {}  // NOLINT(modernize-use-equals-default): the slots stay unmade
+  /// The lists of `hooks`; see `take`.
+  MODHOOKS_ALWAYS_INLINE HookSnapshots(const ModuleHooks<M>* hooks, bool guarded) {
+    take(hooks, guarded);
+  }
+  /// Snapshots the lists of `hooks` into these, which hold none yet. `hooks` may be null (no
+  /// tables); it is not used afterwards. `guarded`: the caller holds the tables' guard.
+  MODHOOKS_ALWAYS_INLINE void take(const ModuleHooks<M>* hooks, bool guarded) {
+    kinds_ = hooks ? hooks->kinds.load(std::memory_order_relaxed) : 0;
+    if (kinds_ == 0) return;
+    take(forward_, hooks->forward, Hooks::kForward, guarded);
+    take(forward_pre_, hooks->forward_pre, Hooks::kForwardPre, guarded);
+    if (C10_UNLIKELY((kinds_ & kBackwardKinds) != 0)) take_backward(*hooks, guarded);
+  }
+  HookSnapshots(HookSnapshots&& other) noexcept : kinds_(std::exchange(other.kinds_, 0)) {
+    each([&](auto member) {
+      using Slot = std::remove_reference_t<decltype(this->*member)>;
+      new (&(this->*member)) Slot(std::move(other.*member));
+    });
+  }
+  HookSnapshots(const HookSnapshots&) = delete;
+  HookSnapshots& operator=(const HookSnapshots&) = delete;
+  HookSnapshots& operator=(HookSnapshots&&) = delete;
+  MODHOOKS_ALWAYS_INLINE ~HookSnapshots() {
+    if (kinds_ == 0) return;
+    if ((kinds_ & Hooks::kForward) != 0) forward_.~Snapshot<ForwardHookEntry<M>>();
+    if ((kinds_ & Hooks::kForwardPre) != 0) forward_pre_.~Snapshot<ForwardPreHookFn<M>>();
+    if (C10_UNLIKELY((kinds_ & kBackwardKinds) != 0)) release_backward();
+  }
+
+  /// The `ModuleHooks::Kind` bits of the lists snapshotted (non-empty when the call started).
+  std::uint32_t kinds() const noexcept { return kinds_; }
+  /// Each list's hooks, null where it held none.
+  const Entries<ForwardHookEntry<M>>* forward() const noexcept {
+    return (kinds_ & Hooks::kForward) != 0 ? &*forward_ : nullptr;
+  }
+  const Entries<ForwardPreHookFn<M>>* forward_pre() const noexcept {
+    return (kinds_ & Hooks::kForwardPre) != 0 ? &*forward_pre_ : nullptr;
+  }
+  /// Shares of the backward lists' snapshots (null where empty), for the backward pass.
+  Snapshot<BackwardPreHookFn<M>> backward_pre() const noexcept {
+    return (kinds_ & Hooks::kBackwardPre) != 0 ? backward_pre_ : nullptr;
+  }
+  Snapshot<BackwardHookFn<M>> backward() const noexcept {
+    return (kinds_ & Hooks::kBackward) != 0 ? backward_ : nullptr;
+  }
 
  private:
-  /// Each snapshot made in place, from the word of kinds read once.
-  MODHOOKS_ALWAYS_INLINE HookSnapshots(const ModuleHooks<M>* hooks, std::uint32_t kinds,
-                                       bool guarded)
-      : forward_pre(take(hooks, &ModuleHooks<M>::forward_pre, kinds & ModuleHooks<M>::kForwardPre,
-                         guarded)),
-        forward(take(hooks, &ModuleHooks<M>::forward, kinds & ModuleHooks<M>::kForward, guarded)),
-        backward_pre(take(hooks, &ModuleHooks<M>::backward_pre,
-                          kinds & ModuleHooks<M>::kBackwardPre, guarded)),
-        backward(
-            take(hooks, &ModuleHooks<M>::backward, kinds & ModuleHooks<M>::kBackward, guarded)),
-        kinds(kinds) {}
+  static constexpr std::uint32_t kBackwardKinds = Hooks::kBackwardPre | Hooks::kBackward;
 
+  /// Makes the snapshot of `list` in `slot` where `bit` is set; a list emptied since the word was
+  /// read leaves its bit cleared and its slot empty.
   template <class Hook>
-  MODHOOKS_ALWAYS_INLINE static typename HookList<Hook>::Snapshot take(
-      const ModuleHooks<M>* hooks, HookList<Hook> ModuleHooks<M>::*list, bool nonempty,
-      bool guarded) {
-    if (!nonempty) return nullptr;
-    return guarded ? (hooks->*list).snapshot_guarded() : (hooks->*list).snapshot();
+  MODHOOKS_ALWAYS_INLINE void take(Snapshot<Hook>& slot, const HookList<Hook>& list,
+                                   std::uint32_t bit, bool guarded) {
+    if ((kinds_ & bit) == 0) return;
+    new (&slot) Snapshot<Hook>(guarded ? list.snapshot_guarded() : list.snapshot());
+    if (C10_UNLIKELY(!slot)) kinds_ &= ~bit;  // a null snapshot owns nothing
   }
+  MODHOOKS_COLD void take_backward(const ModuleHooks<M>& hooks, bool guarded) {
+    take(backward_pre_, hooks.backward_pre, Hooks::kBackwardPre, guarded);
+    take(backward_, hooks.backward, Hooks::kBackward, guarded);
+  }
+  MODHOOKS_COLD void release_backward() noexcept {
+    if ((kinds_ & Hooks::kBackwardPre) != 0) backward_pre_.~Snapshot<BackwardPreHookFn<M>>();
+    if ((kinds_ & Hooks::kBackward) != 0) backward_.~Snapshot<BackwardHookFn<M>>();
+  }
+  /// Calls `f` with a pointer to each member slot that holds a snapshot.
+  template <class F>
+  void each(F&& f) {
+    if ((kinds_ & Hooks::kForward) != 0) f(&HookSnapshots::forward_);
+    if ((kinds_ & Hooks::kForwardPre) != 0) f(&HookSnapshots::forward_pre_);
+    if ((kinds_ & Hooks::kBackwardPre) != 0) f(&HookSnapshots::backward_pre_);
+    if ((kinds_ & Hooks::kBackward) != 0) f(&HookSnapshots::backward_);
+  }
+
+  std::uint32_t kinds_ = 0;
+  // Each slot lives while its bit of `kinds_` is set.
+  union {
+    Snapshot<ForwardHookEntry<M>> forward_;
+  };
+  union {
+    Snapshot<ForwardPreHookFn<M>> forward_pre_;
+  };
+  union {
+    Snapshot<BackwardPreHookFn<M>> backward_pre_;
+  };
+  union {
+    Snapshot<BackwardHookFn<M>> backward_;
+  };
 };
 
 }  // namespace detail

@@ -155,10 +155,12 @@ struct ShownArgsBuffer {
   MODHOOKS_COLD static void give_back_nested(std::vector<c10::IValue>* args) noexcept;
 };
 
-/// The `args` forward hooks see: forward's arguments `values` (a tuple of values or references),
-/// boxed, with tensors borrowed (see `ShownValue`) from `values`, which outlive it. Which
+/// The `args` hooks see: forward's arguments `values` (a tuple of values or references), boxed,
+/// with tensors borrowed (see `ShownValue`) from `values`, which outlive the showing. Which
 /// elements are borrowed is known from the types, so taking and giving back the vector is a few
-/// stores per argument.
+/// stores per argument. Empty until `show`, and again after `hide`: a call shows its arguments
+/// only to the hooks that run, and hides them while forward runs (a call nested in forward takes
+/// the thread's vector).
 template <class Tuple>
 class ShownArgs {
   static constexpr std::size_t kSize = std::tuple_size_v<Tuple>;
@@ -172,7 +174,9 @@ class ShownArgs {
   static constexpr bool kAllBorrowed = all_borrowed(std::make_index_sequence<kSize>{});
 
  public:
-  MODHOOKS_ALWAYS_INLINE explicit ShownArgs(const Tuple& values) {
+  ShownArgs() noexcept = default;
+  /// Shows `values`; nothing may be shown already.
+  MODHOOKS_ALWAYS_INLINE void show(const Tuple& values) {
     ShownArgsBuffer& buffer = ShownArgsBuffer::of_this_thread();
     if (C10_LIKELY(!buffer.busy)) {
       // Resized before it is marked busy: a resize that throws must not leave it taken.
@@ -183,6 +187,7 @@ class ShownArgs {
     } else {
       args_ = ShownArgsBuffer::take_nested(kSize);
     }
+    filled_ = 0;
     if constexpr (kAllBorrowed) {
       fill(values, std::make_index_sequence<kSize>{});
     } else {
@@ -194,9 +199,14 @@ class ShownArgs {
       }
     }
   }
+  bool shown() const noexcept { return args_ != nullptr; }
+  /// Gives the vector back, if anything is shown.
+  MODHOOKS_ALWAYS_INLINE void hide() noexcept {
+    if (args_ != nullptr) give_back();
+  }
   ShownArgs(const ShownArgs&) = delete;
   ShownArgs& operator=(const ShownArgs&) = delete;
-  MODHOOKS_ALWAYS_INLINE ~ShownArgs() { give_back(); }
+  MODHOOKS_ALWAYS_INLINE ~ShownArgs() { hide(); }
 
   const std::vector<c10::IValue>& get() const noexcept { return *args_; }
 
@@ -224,9 +234,11 @@ class ShownArgs {
     clear(std::make_index_sequence<kSize>{});
     if (C10_LIKELY(buffer_ != nullptr)) {
       buffer_->busy = false;
+      buffer_ = nullptr;
     } else {
       ShownArgsBuffer::give_back_nested(args_);
     }
+    args_ = nullptr;
   }
   template <std::size_t... I>
   MODHOOKS_ALWAYS_INLINE void clear(std::index_sequence<I...>) noexcept {
@@ -243,9 +255,9 @@ class ShownArgs {
     }
   }
 
-  std::vector<c10::IValue>* args_ = nullptr;
-  ShownArgsBuffer* buffer_ = nullptr;  // null: `args_` is a nested call's own
-  std::size_t filled_ = 0;             // slots filled so far (an owned value's boxing may throw)
+  std::vector<c10::IValue>* args_ = nullptr;  // null: nothing shown
+  ShownArgsBuffer* buffer_ = nullptr;         // null: `args_` is a nested call's own
+  std::size_t filled_ = 0;  // slots filled so far (an owned value's boxing may throw)
 };
 
 template <class... Ts>

@@ -43,12 +43,14 @@ std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module);
 /// everything a call runs between forward and its hooks.
 MODHOOKS_ALWAYS_INLINE inline Dispatch<torch::nn::Module> dispatch_for(
     const torch::nn::Module& module, const NnHooks* global) {
-  if (!hooked_modules.may_have_hooks(&module)) return Dispatch<torch::nn::Module>(global, nullptr);
-  return nn_table<NnHooks>().visit(
-      &module, [&](const std::shared_ptr<NnHooks>* hooks) MODHOOKS_ALWAYS_INLINE {
-        return Dispatch<torch::nn::Module>(global, hooks ? hooks->get() : nullptr,
-                                           /*local_guarded=*/true);
-      });
+  Dispatch<torch::nn::Module> dispatch(global);
+  if (hooked_modules.may_have_hooks(&module)) {
+    const auto take = [&](const std::shared_ptr<NnHooks>* hooks) MODHOOKS_ALWAYS_INLINE {
+      if (hooks) dispatch.take_module_hooks(hooks->get(), /*local_guarded=*/true);
+    };
+    nn_table<NnHooks>().visit(&module, take);
+  }
+  return dispatch;
 }
 
 /// The hook tables of `module`, created on first use.
