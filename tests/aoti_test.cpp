@@ -218,6 +218,30 @@ TEST(AotiReplace, VisionTransformer) { expect_replacement("vit"); }
 TEST(AotiReplace, Bert) { expect_replacement("bert"); }
 TEST(AotiReplace, DynamicBatch) { expect_replacement("dynamic"); }
 
+// A submodule returning its parameter, buffer, a view of the buffer and a constant: the package
+// returns the model's one output (an in-place point there made it return the written tensors
+// too), a replacement changes that run only, and the next run is bitwise the plain package's.
+TEST(AotiEager, OwnTensors) { expect_eager("own_tensors"); }
+TEST(AotiReplace, OwnTensorsChangeThatRunOnly) {
+  expect_replacement("own_tensors");
+  Case c("own_tensors");
+  modhooks::aoti::Model plain(package("own_tensors.plain.pt2"));
+  modhooks::aoti::Model net(c.path);
+  const auto expected = plain.run(c.inputs());
+  auto h = modhooks::register_forward_hook(
+      net.point("pos"),
+      [](const modhooks::aoti::Point&, const std::vector<c10::IValue>&, const c10::IValue& out) {
+        return c10::IValue(at::zeros_like(out.toTensor()));
+      });
+  const auto replaced = net.run(c.inputs());
+  ASSERT_EQ(replaced.size(), expected.size());
+  EXPECT_FALSE(at::equal(replaced[0], expected[0]));
+  h.remove();
+  const auto after = net.run(c.inputs());
+  ASSERT_EQ(after.size(), expected.size());
+  EXPECT_TRUE(at::equal(after[0], expected[0]));
+}
+
 TEST(AotiReplace, IdentityOutputReplacedLeavesTheCallersInputAlone) {
   Case c("branchy");
   modhooks::aoti::Model net(c.path);

@@ -42,14 +42,33 @@ def _chosen(model: torch.nn.Module, selector: Selector, default_all: bool) -> di
     return chosen
 
 
+def _own_tensors(model: torch.nn.Module) -> set[int]:
+    """The ids of the tensors the model holds: parameters, buffers and plain tensor attributes
+    (constants), shared ones included."""
+    owned: set[int] = set()
+    for module in model.modules():
+        for held in (module._parameters.values(), module._buffers.values(), vars(module).values()):
+            owned |= {id(t) for t in held if isinstance(t, torch.Tensor)}
+    return owned
+
+
 class _Placer:
     """The hooks that put the points while the model is traced, and what they saw."""
 
-    def __init__(self, model: torch.nn.Module):
-        self.owned = {id(t) for t in model.parameters()} | {id(t) for t in model.buffers()}
+    def __init__(self, model: torch.nn.Module, strict: bool):
+        self.model = model
+        # Strict export traces the hooks with the real tensors' identities; non-strict export
+        # swaps fake tensors into the model while it traces, so a point looks at what the model
+        # holds then (see `owned`).
+        self.strict = strict
+        self._owned = _own_tensors(model)
         self.args: dict[str, list[set[int]]] = {}  # ids of each open call's input tensors
         self.table: dict[str, dict[str, Any]] = {}  # point name -> its metadata, graph order
         self._token: torch.Tensor | None = None
+
+    def owned(self) -> set[int]:
+        """The ids of the tensors the model holds while it is traced."""
+        return self._owned if self.strict else self._owned | _own_tensors(self.model)
 
     def token(self) -> torch.Tensor:
         """The empty tensor every point writes into, which chains the points in tracing order."""
@@ -91,26 +110,32 @@ class _Placer:
             entry["outputs"] = True
             entry["single"] = isinstance(output, torch.Tensor)
             tensors = [leaves[i] for i in at]
-            if all(self._fresh(t, opened) for t in tensors) and len({id(t) for t in tensors}) == len(tensors):
+            owned = self.owned()
+            if (all(self._fresh(t, opened, owned) for t in tensors)
+                    and len({id(t) for t in tensors}) == len(tensors)):
                 torch.ops.modhooks.output_point_(tensors, self.token(), name)
                 return None
-            return self._copying(torch.ops.modhooks.output_point, name, leaves, spec, at)
+            return self._copying(torch.ops.modhooks.output_point, name, leaves, spec, at, owned)
 
         return post
 
-    def _copying(self, op, name: str, leaves: list, spec, at: list[int]):
+    def _copying(self, op, name: str, leaves: list, spec, at: list[int], owned: set[int] = frozenset()):
         """The copying operator `op` on the tensors `leaves[at]`: the structure rebuilt with the
-        new tensors it writes, which the module's caller (or the module) then uses."""
-        copies = [torch.empty_like(leaves[i]) for i in at]
+        new tensors it writes, which the module's caller (or the module) then uses. The copy of a
+        tensor the model holds (`owned`) is made from its sizes alone: `empty_like` of a constant
+        would be a constant too, which the compiled program cannot write."""
+        copies = [torch.empty(leaves[i].shape, dtype=leaves[i].dtype, device=leaves[i].device)
+                  if id(leaves[i]) in owned else torch.empty_like(leaves[i]) for i in at]
         op([leaves[i] for i in at], copies, self.token(), name)
         for i, c in zip(at, copies):
             leaves[i] = c
         return pytree.tree_unflatten(leaves, spec)
 
-    def _fresh(self, t: torch.Tensor, inputs: set[int]) -> bool:
+    @staticmethod
+    def _fresh(t: torch.Tensor, inputs: set[int], owned: set[int]) -> bool:
         """Whether writing into `t` changes nothing but the module's output: not one of the
-        call's inputs, not a parameter or buffer, not a view of another tensor."""
-        return id(t) not in inputs and id(t) not in self.owned and t._base is None
+        call's inputs, not a parameter, buffer or constant, not a view of another tensor."""
+        return id(t) not in inputs and id(t) not in owned and t._base is None
 
 
 def export(
@@ -131,7 +156,7 @@ def export(
     """
     outputs = _chosen(model, points, default_all=True)
     at_inputs = _chosen(model, inputs, default_all=False)
-    placer = _Placer(model)
+    placer = _Placer(model, strict)
     handles = []
     try:
         for name, module in at_inputs.items():
@@ -147,8 +172,38 @@ def export(
     finally:
         for h in handles:
             h.remove()
+    _check_in_place_points(ep)
     ep.graph_module.meta[POINTS_KEY] = _in_graph_order(ep, placer.table)
     return ep
+
+
+def _check_in_place_points(ep: torch.export.ExportedProgram) -> None:
+    """Refuses a program where the in-place operator writes into what the graph takes in (a
+    parameter, buffer, constant or input, or a view of one): the compiled package would return
+    the written tensors as extra outputs and change the model's own tensors. `_Placer` chooses
+    the copying operator there; this reads the traced graph to prove it did."""
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.modhooks.output_point_.default:
+            continue
+        for arg in node.args[0]:
+            source = arg
+            while source.op == "call_function" and _is_view(source.target):
+                source = source.args[0]
+            if source.op in ("placeholder", "get_attr"):
+                raise RuntimeError(
+                    f"modhooks.export: the point {node.args[-1]!r} would write into "
+                    f"{source.target!r}, which the program takes in; please report this "
+                    "(modhooks chose the in-place operator for a tensor the model holds)"
+                )
+
+
+def _is_view(target) -> bool:
+    """Whether the graph's operator `target` returns a view of its first argument."""
+    schema = getattr(target, "_schema", None)
+    if schema is None or not schema.returns:
+        return False
+    alias = schema.returns[0].alias_info
+    return alias is not None and not alias.is_write
 
 
 def _in_graph_order(ep: torch.export.ExportedProgram, table: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

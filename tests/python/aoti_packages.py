@@ -71,6 +71,43 @@ class Branchy(nn.Module):
         return self.head(self.flat(u.unsqueeze(1))), v
 
 
+class Holds(nn.Module):
+    """Returns a tensor it holds, as `which` says: its parameter (a learned table), its buffer (a
+    cache), a view of the buffer, or a constant (a plain tensor attribute)."""
+
+    def __init__(self, which: str):
+        super().__init__()
+        self.which = which
+        self.weight = nn.Parameter(torch.randn(4, 8))
+        self.register_buffer("cache", torch.randn(4, 8))
+        self.scale = torch.randn(8)
+
+    def forward(self, x):
+        if self.which == "parameter":
+            return self.weight
+        if self.which == "buffer":
+            return self.cache
+        if self.which == "view":
+            return self.cache[:2]
+        return self.scale
+
+
+class OwnTensors(nn.Module):
+    """Submodules that return their own tensors, which a point must not write into."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = Holds("parameter")
+        self.cache = Holds("buffer")
+        self.head = Holds("view")
+        self.scale = Holds("constant")
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        out = self.lin(x + self.pos(x)) * self.scale(x)
+        return out + self.cache(x).sum() + self.head(x).mean()
+
+
 def tensors(value) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
 
@@ -178,6 +215,10 @@ def build(folder: pathlib.Path) -> None:
     bert = transformers.BertModel(config)
     ids = torch.randint(0, 100, (2, 16))
     write_case(folder, "bert", bert, [ids], replace="encoder.layer.0.output")
+
+    # Points on a submodule that returns its own tensors: copying points, one output as eager's.
+    write_case(folder, "own_tensors", OwnTensors(), [torch.randn(4, 8)], replace="pos",
+               plain=True)
 
     # The call-sequence scenarios on a point with inputs (tests/call_sequence_test.cpp), and
     # Python's answers for them: float64, no weights.

@@ -18,7 +18,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import modhooks  # noqa: E402
 import modhooks.export as mhx  # noqa: E402
-from aoti_packages import Branchy  # noqa: E402
+from aoti_packages import Branchy, OwnTensors  # noqa: E402
 from modhooks.runtime import Package  # noqa: E402
 
 
@@ -43,6 +43,31 @@ def check_operator_choice() -> None:
     table = {p["name"]: p for p in mhx.point_table(ep)}
     assert table["two"]["single"] is False and table["a"]["inputs"] is True, table
     assert [p["name"] for p in mhx.point_table(ep)] == ["id", "a", "relu", "b", "two", "flat", "head"]
+
+
+def check_own_tensors() -> None:
+    """A submodule that returns its parameter, buffer, a view of the buffer or a constant gets
+    the copying operator in strict and non-strict export; non-strict export traces with fake
+    tensors swapped into the model, where the real tensors' ids never match."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    for strict in (False, True):
+        ops = ops_by_point(mhx.export(OwnTensors().eval(), (x,), strict=strict))
+        for held in ("pos", "cache", "head", "scale"):
+            assert ops[held] == {"output_point"}, (strict, held, ops)
+        assert ops["lin"] == {"output_point_"}, (strict, ops)
+    # The traced graph is read too: had the in-place operator been chosen for a module that
+    # returns its parameter, export raises.
+    chosen = mhx._Placer.owned
+    mhx._Placer.owned = lambda self: set()
+    try:
+        mhx.export(OwnTensors().eval(), (x,), points=["pos"])
+    except RuntimeError as e:
+        assert "'pos' would write into 'p_pos_weight'" in str(e), e
+    else:
+        raise AssertionError("an in-place point on a parameter must raise")
+    finally:
+        mhx._Placer.owned = chosen
 
 
 def check_selection() -> None:
@@ -93,6 +118,7 @@ def check_python_runtime(folder: pathlib.Path) -> None:
 def main() -> None:
     folder = pathlib.Path(sys.argv[1])
     check_operator_choice()
+    check_own_tensors()
     check_selection()
     check_python_runtime(folder)
     print("aoti_python_check: all checks passed")
