@@ -254,6 +254,76 @@ TEST(AotiReplace, IdentityOutputReplacedLeavesTheCallersInputAlone) {
   EXPECT_TRUE(x.equal(before));  // the copying operator: Identity returns its input
 }
 
+/// `net`'s outputs on a copy of `inputs`, with the copy checked unchanged afterwards.
+std::vector<at::Tensor> run_keeping_inputs(modhooks::aoti::Model& net,
+                                           const std::vector<at::Tensor>& inputs) {
+  std::vector<at::Tensor> xs;
+  for (const auto& x : inputs) xs.push_back(x.clone());
+  auto out = net.run(xs);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    EXPECT_TRUE(xs[i].equal(inputs[i])) << "a hook's edit reached the caller's input " << i;
+  }
+  return out;
+}
+
+void expect_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << what << i;
+}
+
+// A hook's edit in place is what the module's caller (a pre-hook's: the module) receives, as a
+// replacement of the same values is, at an in-place point ("two"), at a copying point whose output
+// is its input ("id"), and at an input point ("a", whose input the branch "b" reads too); the
+// caller's tensors never change.
+TEST(AotiHooks, AnEditInPlaceIsWhatTheCallerReceivesAndReachesNothingElse) {
+  Case c("branchy");
+  modhooks::aoti::Model net(c.path);
+  const auto plain = run_keeping_inputs(net, c.inputs());
+  for (const std::string point : {"two", "id"}) {
+    std::vector<at::Tensor> edited, replaced;
+    {
+      modhooks::ScopedHandle h(modhooks::register_forward_hook(
+          net.point(point), [](const modhooks::aoti::Point&, const std::vector<c10::IValue>&,
+                               const c10::IValue& out) {
+            for (const auto& t : leaves(out)) t.mul_(3);
+          }));
+      edited = run_keeping_inputs(net, c.inputs());
+    }
+    {
+      modhooks::ScopedHandle h(modhooks::register_forward_hook(
+          net.point(point),
+          [](const modhooks::aoti::Point& p, const std::vector<c10::IValue>&,
+             const c10::IValue& out) -> c10::IValue {
+            if (p.single_output()) return out.toTensor() * 3;
+            std::vector<c10::IValue> tripled;
+            for (const auto& t : leaves(out)) tripled.emplace_back(t * 3);
+            return c10::ivalue::Tuple::create(std::move(tripled));
+          }));
+      replaced = run_keeping_inputs(net, c.inputs());
+    }
+    expect_equal(edited, replaced, "edited at " + point + ", output ");
+    EXPECT_FALSE(edited[0].equal(plain[0])) << point;
+  }
+  std::vector<at::Tensor> edited, replaced;
+  {
+    modhooks::ScopedHandle h(modhooks::register_forward_pre_hook(
+        net.point("a"), [](const modhooks::aoti::Point&, const std::vector<c10::IValue>& args) {
+          args[0].toTensor().mul_(3);
+        }));
+    edited = run_keeping_inputs(net, c.inputs());
+  }
+  {
+    modhooks::ScopedHandle h(modhooks::register_forward_pre_hook(
+        net.point("a"), [](const modhooks::aoti::Point&, const std::vector<c10::IValue>& args) {
+          return std::vector<c10::IValue>{args[0].toTensor() * 3};
+        }));
+    replaced = run_keeping_inputs(net, c.inputs());
+  }
+  expect_equal(edited, replaced, "edited at a's input, output ");
+  EXPECT_FALSE(edited[0].equal(plain[0]));
+}
+
 TEST(AotiNoHooks, OutputsBitwiseEqualToThePackageWithoutPoints) {
   for (const std::string name : {"branchy", "resnet18_blocks"}) {
     Case c(name);

@@ -160,78 +160,81 @@ bool overlaps(const at::Tensor& a, const at::Tensor& b) {
   return a0 < b0 + b.storage().nbytes() && b0 < a0 + a.storage().nbytes();
 }
 
-/// Writes `values` (`xs` itself where there are none) into `outs`, the new tensors the graph
-/// allocated for the copying operators.
-void write_copies(at::TensorList outs, at::TensorList xs, const std::vector<at::Tensor>* values) {
-  for (std::size_t i = 0; i < outs.size(); ++i) {
-    const_cast<at::Tensor&>(outs[i]).copy_(values ? (*values)[i] : xs[i]);
+/// Writes `xs` into `outs`, the new tensors the graph allocated for the copying operators.
+void write_copies(at::TensorList outs, at::TensorList xs) {
+  for (std::size_t i = 0; i < outs.size(); ++i) const_cast<at::Tensor&>(outs[i]).copy_(xs[i]);
+}
+
+/// Writes a hook's replacement `values`, if any, into `targets`, the tensors the graph reads
+/// after the point (a replacement may itself be a view of them).
+void write_replacement(at::TensorList targets, const std::vector<at::Tensor>* values) {
+  if (!values) return;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    at::Tensor value = (*values)[i];
+    if (overlaps(value, targets[i])) value = value.clone();
+    const_cast<at::Tensor&>(targets[i]).copy_(value);
   }
 }
 
 /// The second half of a point's call at its output point (`Dispatch::exit`), `open` where its
-/// input point opened it: `write` puts the final output into the graph, in place or as new
-/// tensors.
-template <class Write>
-void fire_output(const aoti::Point& point, std::unique_ptr<PointRun> open, at::TensorList xs,
-                 Write&& write) {
+/// input point opened it. Hooks are shown `targets`, the tensors the graph reads as the module's
+/// output after the point: what they write into them, in place or as a replacement, is the
+/// module's output, as in eager.
+void fire_output(const aoti::Point& point, std::unique_ptr<PointRun> open,
+                 at::TensorList targets) {
   std::optional<PointRun> unopened;  // a point without inputs, or whose input point had no hooks
   PointRun& run = open ? *open : unopened.emplace(point);
-  Shown shown = shown_aliases(xs);
-  run_keeping_valid(shown, xs, [&] {
-    run.call.show_output(shown, xs);
+  Shown shown = shown_aliases(targets);
+  run_keeping_valid(shown, targets, [&] {
+    run.call.show_output(shown, targets);
     run.dispatch.exit(point, run.call);
     run.call.hide();
   });
-  write(run.call.replaced());
+  write_replacement(targets, run.call.replaced());
 }
 
+/// The in-place operator: the module's output is fresh, so hooks are shown it.
 void output_point_inplace(at::TensorList xs, const at::Tensor& /*token*/, c10::string_view name) {
   Run* run = current_run;
   const aoti::Point* point = point_of(name, run);
   if (!point) return;
   std::unique_ptr<PointRun> open = take_open(*run, *point);
   if (!open && !has_hooks(*point)) return;
-  recording_errors(run, [&] {
-    fire_output(*point, std::move(open), xs, [&](const std::vector<at::Tensor>* values) {
-      if (!values) return;
-      for (std::size_t i = 0; i < xs.size(); ++i) {
-        at::Tensor value = (*values)[i];
-        if (overlaps(value, xs[i])) value = value.clone();
-        const_cast<at::Tensor&>(xs[i]).copy_(value);
-      }
-    });
-  });
+  recording_errors(run, [&] { fire_output(*point, std::move(open), xs); });
 }
 
+/// The copying operator: the module's output aliases what others read (its input, a parameter),
+/// so it is copied into `outs` first, and hooks are shown the copies; an edit in place never
+/// reaches the aliased tensor.
 void output_point_copying(at::TensorList xs, at::TensorList outs, const at::Tensor& /*token*/,
                           c10::string_view name) {
+  write_copies(outs, xs);
   Run* run = current_run;
   const aoti::Point* point = point_of(name, run);
   std::unique_ptr<PointRun> open = point ? take_open(*run, *point) : nullptr;
-  if (!open && (!point || !has_hooks(*point))) return write_copies(outs, xs, nullptr);
-  recording_errors(run, [&] {
-    fire_output(*point, std::move(open), xs,
-                [&](const std::vector<at::Tensor>* values) { write_copies(outs, xs, values); });
-  });
+  if (!open && (!point || !has_hooks(*point))) return;
+  recording_errors(run, [&] { fire_output(*point, std::move(open), outs); });
 }
 
-/// The first half of a point's call (`Dispatch::enter`): pre-hooks on its inputs. A call whose
-/// point has forward hooks stays open until its output point.
+/// The first half of a point's call (`Dispatch::enter`): pre-hooks on the copies of its inputs
+/// that the module reads, so that what they edit or replace reaches the module and no one else.
+/// A call whose point has forward hooks stays open until its output point.
 void input_point(at::TensorList xs, at::TensorList outs, const at::Tensor& /*token*/,
                  c10::string_view name) {
+  write_copies(outs, xs);
   Run* run = current_run;
   const aoti::Point* point = point_of(name, run);
-  if (!point || !has_hooks(*point)) return write_copies(outs, xs, nullptr);
+  if (!point || !has_hooks(*point)) return;
   recording_errors(run, [&] {
     auto open = std::make_unique<PointRun>(*point);
     PointCall& call = open->call;
-    Shown shown = shown_aliases(xs);
-    run_keeping_valid(shown, xs, [&] {
-      call.show_args(shown, xs);
+    Shown shown = shown_aliases(outs);
+    run_keeping_valid(shown, outs, [&] {
+      call.show_args(shown, outs);
       open->dispatch.enter(*point, call);
       call.hide_args();
     });
-    write_copies(outs, xs, call.replaced());
+    write_replacement(outs, call.replaced());
     call.clear_replaced();
     if (open->dispatch.has_forward_hooks()) {
       call.keep_args(outs);

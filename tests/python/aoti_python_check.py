@@ -107,12 +107,51 @@ def check_python_runtime(folder: pathlib.Path) -> None:
     out = package(record["input.0"])
     for j, t in enumerate(out):
         assert torch.allclose(t, record[f"replaced.{j}"], atol=1e-4), j
+    check_edits_in_place(folder, record["input.0"])
     try:
         Package(str(folder / "other_abi.pt2"))
     except RuntimeError as e:
         assert f"ABI 9.9; this is {modhooks.ABI}" in str(e), e
     else:
         raise AssertionError("a package of another ABI must be refused")
+
+
+def check_edits_in_place(folder: pathlib.Path, x: torch.Tensor) -> None:
+    """As in C++ (tests/aoti_test.cpp): an edit in place is what the caller receives, as the same
+    replacement is, at an in-place point, a copying point and an input point, and never reaches the
+    caller's input; a replacement of other sizes raises ValueError."""
+    def tripled(value):
+        return tuple(t * 3 for t in value) if isinstance(value, tuple) else value * 3
+
+    def edit(value):
+        for t in value if isinstance(value, tuple) else (value,):
+            t.mul_(3)
+
+    def run(package):
+        given = x.clone()
+        out = package(given)
+        assert torch.equal(given, x), "a hook's edit reached the caller's input"
+        return out
+
+    for point in ("two", "id", "a"):
+        results = []
+        for hook in (edit, tripled):
+            package = Package(str(folder / "branchy.pt2"))
+            if point == "a":
+                package.register_forward_pre_hook(point, lambda n, args, hook=hook: hook(args))
+            else:
+                package.register_forward_hook(point, lambda n, args, out, hook=hook: hook(out))
+            results.append(run(package))
+        for edited, replaced in zip(*results):
+            assert torch.equal(edited, replaced), point
+    package = Package(str(folder / "branchy.pt2"))
+    package.register_forward_hook("id", lambda n, args, out: out[:2])
+    try:
+        package(x.clone())
+    except ValueError as e:
+        assert "replaced output tensor 0 with torch.float32[2, 8]" in str(e), e
+    else:
+        raise AssertionError("a replacement of other sizes must raise ValueError")
 
 
 def main() -> None:
