@@ -133,18 +133,22 @@ void expect_eager(const std::string& name, int runs = 1) {
   }
 }
 
+/// `out`, the output of `p`, times `factor`: a replacement of the same structure.
+c10::IValue scaled(const modhooks::aoti::Point& p, const c10::IValue& out, double factor) {
+  if (p.single_output()) return out.toTensor() * factor;
+  std::vector<c10::IValue> scaled;
+  for (const auto& t : leaves(out)) scaled.emplace_back(t * factor);
+  return c10::ivalue::Tuple::create(std::move(scaled));
+}
+
 /// Doubling the output of the case's replacement point changes what follows as in eager.
 void expect_replacement(const std::string& name) {
   Case c(name);
   modhooks::aoti::Model net(c.path);
   auto h = modhooks::register_forward_hook(
       net.point(c.info["replace"].get<std::string>()),
-      [](const modhooks::aoti::Point& p, const std::vector<c10::IValue>&,
-         const c10::IValue& out) -> c10::IValue {
-        if (p.single_output()) return out.toTensor() * 2;
-        std::vector<c10::IValue> doubled;
-        for (const auto& t : leaves(out)) doubled.emplace_back(t * 2);
-        return c10::ivalue::Tuple::create(std::move(doubled));
+      [](const modhooks::aoti::Point& p, const std::vector<c10::IValue>&, const c10::IValue& out) {
+        return scaled(p, out, 2);
       });
   expect_close(net.run(c.inputs()), c.outputs("replaced"), name + ": replaced outputs");
   h.remove();
@@ -292,14 +296,8 @@ TEST(AotiHooks, AnEditInPlaceIsWhatTheCallerReceivesAndReachesNothingElse) {
     }
     {
       modhooks::ScopedHandle h(modhooks::register_forward_hook(
-          net.point(point),
-          [](const modhooks::aoti::Point& p, const std::vector<c10::IValue>&,
-             const c10::IValue& out) -> c10::IValue {
-            if (p.single_output()) return out.toTensor() * 3;
-            std::vector<c10::IValue> tripled;
-            for (const auto& t : leaves(out)) tripled.emplace_back(t * 3);
-            return c10::ivalue::Tuple::create(std::move(tripled));
-          }));
+          net.point(point), [](const modhooks::aoti::Point& p, const std::vector<c10::IValue>&,
+                               const c10::IValue& out) { return scaled(p, out, 3); }));
       replaced = run_keeping_inputs(net, c.inputs());
     }
     expect_equal(edited, replaced, "edited at " + point + ", output ");

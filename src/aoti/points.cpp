@@ -180,8 +180,7 @@ void write_replacement(at::TensorList targets, const std::vector<at::Tensor>* va
 /// input point opened it. Hooks are shown `targets`, the tensors the graph reads as the module's
 /// output after the point: what they write into them, in place or as a replacement, is the
 /// module's output, as in eager.
-void fire_output(const aoti::Point& point, std::unique_ptr<PointRun> open,
-                 at::TensorList targets) {
+void fire_output(const aoti::Point& point, std::unique_ptr<PointRun> open, at::TensorList targets) {
   std::optional<PointRun> unopened;  // a point without inputs, or whose input point had no hooks
   PointRun& run = open ? *open : unopened.emplace(point);
   Shown shown = shown_aliases(targets);
