@@ -222,14 +222,21 @@ TEST(AotiReplace, VisionTransformer) { expect_replacement("vit"); }
 TEST(AotiReplace, Bert) { expect_replacement("bert"); }
 TEST(AotiReplace, DynamicBatch) { expect_replacement("dynamic"); }
 
-// A submodule returning its parameter, buffer, a view of the buffer and a constant: the package
-// returns the model's one output (an in-place point there made it return the written tensors
-// too), a replacement changes that run only, and the next run is bitwise the plain package's.
-TEST(AotiEager, OwnTensors) { expect_eager("own_tensors"); }
-TEST(AotiReplace, OwnTensorsChangeThatRunOnly) {
-  expect_replacement("own_tensors");
-  Case c("own_tensors");
-  modhooks::aoti::Model plain(package("own_tensors.plain.pt2"));
+// Submodules returning their parameter, buffer, a view of the buffer and a constant, exported
+// non-strict and strict: the package returns the model's one output (an in-place point there made
+// it return the written tensors too), a replacement changes that run only, and the next run is
+// bitwise the plain package's.
+TEST(AotiEager, OwnTensors) {
+  expect_eager("own_tensors");
+  expect_eager("own_tensors_strict");
+}
+
+/// Zeroing the output of the point "pos" (a parameter returned whole) changes that run; after
+/// the hook is removed, the next run is bitwise the package without points.
+void expect_held_replacement_changes_that_run_only(const std::string& name) {
+  expect_replacement(name);
+  Case c(name);
+  modhooks::aoti::Model plain(package(name + ".plain.pt2"));
   modhooks::aoti::Model net(c.path);
   const auto expected = plain.run(c.inputs());
   auto h = modhooks::register_forward_hook(
@@ -244,6 +251,11 @@ TEST(AotiReplace, OwnTensorsChangeThatRunOnly) {
   const auto after = net.run(c.inputs());
   ASSERT_EQ(after.size(), expected.size());
   EXPECT_TRUE(at::equal(after[0], expected[0]));
+}
+
+TEST(AotiReplace, OwnTensorsChangeThatRunOnly) {
+  expect_held_replacement_changes_that_run_only("own_tensors");
+  expect_held_replacement_changes_that_run_only("own_tensors_strict");
 }
 
 TEST(AotiReplace, IdentityOutputReplacedLeavesTheCallersInputAlone) {

@@ -65,6 +65,8 @@ class _Placer:
         self.args: dict[str, list[set[int]]] = {}  # ids of each open call's input tensors
         self.table: dict[str, dict[str, Any]] = {}  # point name -> its metadata, graph order
         self._token: torch.Tensor | None = None
+        # Set for an eager run that fills `table` only (see `export`): no operator is placed.
+        self.recording = False
 
     def owned(self) -> set[int]:
         """The ids of the tensors the model holds while it is traced."""
@@ -95,6 +97,8 @@ class _Placer:
             if not at:
                 return None
             self.entry(name, module)["inputs"] = True
+            if self.recording:
+                return None
             return self._copying(torch.ops.modhooks.input_point, name, leaves, spec, at)
 
         return pre
@@ -109,6 +113,8 @@ class _Placer:
             entry = self.entry(name, module)
             entry["outputs"] = True
             entry["single"] = isinstance(output, torch.Tensor)
+            if self.recording:
+                return None
             tensors = [leaves[i] for i in at]
             owned = self.owned()
             if (all(self._fresh(t, opened, owned) for t in tensors)
@@ -169,12 +175,29 @@ def export(
             ep = torch.export.export(
                 model, tuple(args), kwargs, dynamic_shapes=dynamic_shapes, strict=strict
             )
+            if strict:
+                # Strict export traces the hooks with TorchDynamo, which keeps what they put in
+                # the graph and drops what they write into Python objects: the point table.
+                _record_table(model, args, kwargs, placer)
     finally:
         for h in handles:
             h.remove()
     _check_in_place_points(ep)
     ep.graph_module.meta[POINTS_KEY] = _in_graph_order(ep, placer.table)
     return ep
+
+
+def _record_table(model: torch.nn.Module, args: tuple, kwargs: dict | None, placer: _Placer) -> None:
+    """Fills `placer.table` by running `model` once in eager with its hooks recording only; the
+    model's buffers are put back as they were (a BatchNorm in training mode would update them)."""
+    buffers = {name: b.clone() for name, b in model.named_buffers()}
+    placer.recording = True
+    try:
+        model(*args, **(kwargs or {}))
+    finally:
+        placer.recording = False
+        for name, b in model.named_buffers():
+            b.copy_(buffers[name])
 
 
 def _check_in_place_points(ep: torch.export.ExportedProgram) -> None:

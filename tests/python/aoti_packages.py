@@ -145,10 +145,10 @@ def eager(model, inputs, names, input_names, replace=None):
 
 
 def write_case(folder: pathlib.Path, case: str, model, inputs, points=None, inputs_at=None,
-               replace=None, plain=False, dynamic_shapes=None, extra_inputs=()):
+               replace=None, plain=False, dynamic_shapes=None, extra_inputs=(), strict=False):
     model.eval()
     ep = mhx.export(model, tuple(inputs), points=points, inputs=inputs_at,
-                    dynamic_shapes=dynamic_shapes)
+                    dynamic_shapes=dynamic_shapes, strict=strict)
     table = mhx.point_table(ep)
     mhx.aoti_compile_and_package(ep, package_path=str(folder / f"{case}.pt2"))
     if plain:
@@ -217,8 +217,9 @@ def build(folder: pathlib.Path) -> None:
     write_case(folder, "bert", bert, [ids], replace="encoder.layer.0.output")
 
     # Points on a submodule that returns its own tensors: copying points, one output as eager's.
-    write_case(folder, "own_tensors", OwnTensors(), [torch.randn(4, 8)], replace="pos",
-               plain=True)
+    for strict in (False, True):
+        write_case(folder, "own_tensors_strict" if strict else "own_tensors", OwnTensors(),
+                   [torch.randn(4, 8)], replace="pos", plain=True, strict=strict)
 
     # The call-sequence scenarios on a point with inputs (tests/call_sequence_test.cpp), and
     # Python's answers for them: float64, no weights.
