@@ -117,6 +117,7 @@ std::vector<modhooks::RemovableHandle> record_all(modhooks::aoti::Model& net,
 void expect_eager(const std::string& name, int runs = 1) {
   Case c(name);
   modhooks::aoti::Model net(c.path);
+  ASSERT_FALSE(net.points().empty()) << name << ": its package lists no points";
   std::vector<Firing> log;
   auto handles = record_all(net, log);
   for (int run = 0; run < runs; ++run) {

@@ -99,7 +99,8 @@ class _Placer:
             self.entry(name, module)["inputs"] = True
             if self.recording:
                 return None
-            return self._copying(torch.ops.modhooks.input_point, name, leaves, spec, at)
+            owned = self.owned()
+            return self._copying(torch.ops.modhooks.input_point, name, leaves, spec, at, owned)
 
         return pre
 
@@ -125,7 +126,7 @@ class _Placer:
 
         return post
 
-    def _copying(self, op, name: str, leaves: list, spec, at: list[int], owned: set[int] = frozenset()):
+    def _copying(self, op, name: str, leaves: list, spec, at: list[int], owned: set[int]):
         """The copying operator `op` on the tensors `leaves[at]`: the structure rebuilt with the
         new tensors it writes, which the module's caller (or the module) then uses. The copy of a
         tensor the model holds (`owned`) is made from its sizes alone: `empty_like` of a constant

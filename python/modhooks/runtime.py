@@ -127,6 +127,12 @@ class Package:
         for hook in hooks:
             result = hook(name, args, output)
             if result is not None:
+                if isinstance(result, torch.Tensor) != single:
+                    raise TypeError(
+                        f"modhooks: a hook on point {name!r} returned a {type(result).__name__} "
+                        f"as its output; the compiled graph holds "
+                        + ("a tensor" if single else f"{len(xs)} tensors (a tuple)")
+                    )
                 output = result
                 _check_replacement(name, "output", [output] if single else list(output), xs)
         return [output] if single else list(output)

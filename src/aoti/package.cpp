@@ -96,7 +96,7 @@ AotiModel::AotiModel(std::string path_, std::size_t num_runners, const std::stri
   } catch (const std::exception& e) {
     fail_unloadable(e);
   }
-  read_points(loader->get_metadata());
+  read_points(metadata);
 }
 
 void AotiModel::fail_unloadable(const std::exception& e) const {

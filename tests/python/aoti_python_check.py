@@ -156,6 +156,14 @@ def check_edits_in_place(folder: pathlib.Path, x: torch.Tensor) -> None:
         assert "replaced output tensor 0 with torch.float32[2, 8]" in str(e), e
     else:
         raise AssertionError("a replacement of other sizes must raise ValueError")
+    package = Package(str(folder / "branchy.pt2"))
+    package.register_forward_hook("id", lambda n, args, out: (out,))
+    try:
+        package(x.clone())
+    except TypeError as e:
+        assert "returned a tuple as its output; the compiled graph holds a tensor" in str(e), e
+    else:
+        raise AssertionError("a tuple in place of a point's one tensor must raise TypeError")
 
 
 def main() -> None:

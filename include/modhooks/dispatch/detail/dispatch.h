@@ -120,7 +120,7 @@ class Dispatch {
     local_.take(local, local_guarded);
     kinds_ |= local_.kinds();
   }
-  /// Inlined as the rest of a hooked call: its lists' snapshots are a few null checks to drop.
+  /// Inlined as the rest of a hooked call: its lists' snapshots are a few bit tests to drop.
   MODHOOKS_ALWAYS_INLINE ~Dispatch() = default;
   Dispatch(Dispatch&&) noexcept = default;
   Dispatch& operator=(Dispatch&&) = delete;
