@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -579,6 +580,76 @@ TEST(AotiErrors, WrongReplacementNamesThePointAndTheModelStaysUsable) {
     EXPECT_ERROR(net.run(c.inputs()), TypeError, "aoti.hook.bad_replacement");
   }
   expect_close(net.run(c.inputs()), c.outputs(), "after the failed runs");
+}
+
+/// The CPU allocator, failing every allocation of memory after the first `successes`: an
+/// out-of-memory half-way through what a firing allocates. Installed for its lifetime.
+class FailingAllocator final : public c10::Allocator {
+ public:
+  explicit FailingAllocator(int successes)
+      : real_(c10::GetAllocator(c10::DeviceType::CPU)), left_(successes) {
+    c10::SetAllocator(c10::DeviceType::CPU, this);
+  }
+  FailingAllocator(const FailingAllocator&) = delete;
+  FailingAllocator& operator=(const FailingAllocator&) = delete;
+  ~FailingAllocator() override { c10::SetAllocator(c10::DeviceType::CPU, real_); }
+
+  c10::DataPtr allocate(std::size_t n) override {
+    TORCH_CHECK_WITH(OutOfMemoryError, n == 0 || left_-- > 0, "injected: out of memory");
+    return real_->allocate(n);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return real_->raw_deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    real_->copy_data(dest, src, count);
+  }
+
+ private:
+  c10::Allocator* real_;
+  int left_;
+};
+
+TEST(AotiKeep, ACopyThatFailsHalfWayLeavesNoKeptTensorOverTheModelsMemory) {
+  Case c("branchy");
+  modhooks::aoti::Model net(c.path);
+  std::vector<at::Tensor> kept;  // both tensors of `two`, and a view of the second
+  std::optional<FailingAllocator> oom;
+  auto h = modhooks::register_forward_hook(
+      net.point("two"),
+      [&](const modhooks::aoti::Point&, const std::vector<c10::IValue>&, const c10::IValue& out) {
+        kept = leaves(out);
+        kept.push_back(kept[1].narrow(0, 0, 1));
+        oom.emplace(1);  // the first kept tensor's copy succeeds, the second's fails
+      });
+  try {
+    net.run(c.inputs());
+    ADD_FAILURE() << "the run did not throw";
+  } catch (const modhooks::RuntimeError& e) {
+    EXPECT_STREQ(e.id(), "aoti.point.keep_failed");
+    EXPECT_NE(std::string(e.what()).find("'two'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("injected: out of memory"), std::string::npos);
+  }
+  oom.reset();
+  h.remove();
+  std::vector<at::Tensor> zeros;
+  for (const auto& x : c.inputs()) zeros.push_back(at::zeros_like(x));
+  net.run(zeros);  // the model's buffers now hold other values
+  expect_close(net.run(c.inputs()), c.outputs(), "next run");
+  const auto order = c.order();
+  const auto two = std::find(order.begin(), order.end(), "two") - order.begin();
+  ASSERT_LT(static_cast<std::size_t>(two), order.size());
+  ASSERT_EQ(kept.size(), 3u);
+  expect_close({kept[0]}, {c.fired(static_cast<int>(two))[0]}, "the copied tensor");
+  for (const auto& gone : {kept[1], kept[2]}) {
+    try {
+      gone.sum();
+      ADD_FAILURE() << "a kept tensor that was not copied was read";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("kept by a hook there, holds no data"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_THROW(kept[1].fill_(0), c10::Error);
 }
 
 TEST(AotiErrors, HookThatThrowsEndsTheRunWithItsExceptionAndTheNextRunWorks) {

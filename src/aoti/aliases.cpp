@@ -8,8 +8,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "modhooks/core/error.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
@@ -82,20 +86,41 @@ Shown shown_aliases(at::TensorList xs) {
   return shown;
 }
 
-void keep_valid(Shown& shown, at::TensorList xs) {
-  for (std::size_t i = 0; i < shown.size(); ++i) {
-    at::Tensor& alias = shown[i];
-    if (unshared(alias)) {
-      if (spare_aliases.size() < kMaxSpareAliases) spare_aliases.push_back(std::move(alias));
-      continue;
+void keep_valid(Shown& shown, at::TensorList xs, c10::string_view point) {
+  std::size_t i = 0;
+  try {
+    for (; i < shown.size(); ++i) {
+      at::Tensor& alias = shown[i];
+      if (unshared(alias)) {
+        if (spare_aliases.size() < kMaxSpareAliases) spare_aliases.push_back(std::move(alias));
+        continue;
+      }
+      const c10::Storage& storage = alias.unsafeGetTensorImpl()->storage();
+      const auto nbytes = static_cast<std::int64_t>(storage.nbytes());
+      auto bytes = at::TensorOptions().dtype(at::kByte).device(alias.device());
+      at::Tensor copy = at::empty({nbytes}, bytes);
+      copy.copy_(at::empty({0}, bytes).set_(xs[i].storage(), 0, {nbytes}, {1}));
+      c10::DataPtr data = copy.storage().unsafeGetStorageImpl()->set_data_ptr(c10::DataPtr());
+      storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(data));
     }
-    const c10::Storage& storage = alias.unsafeGetTensorImpl()->storage();
-    const auto nbytes = static_cast<std::int64_t>(storage.nbytes());
-    auto bytes = at::TensorOptions().dtype(at::kByte).device(alias.device());
-    at::Tensor copy = at::empty({nbytes}, bytes);
-    copy.copy_(at::empty({0}, bytes).set_(xs[i].storage(), 0, {nbytes}, {1}));
-    c10::DataPtr data = copy.storage().unsafeGetStorageImpl()->set_data_ptr(c10::DataPtr());
-    storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(data));
+  } catch (const std::exception& e) {
+    const std::string failure = "modhooks: could not copy a tensor that a hook kept at point '" +
+                                std::string(point) + "' out of the compiled model's memory (" +
+                                e.what() + ")";
+    // Left over the run's memory, these would show what the compiled model writes there later.
+    // With no memory and libtorch's access check set, every read and write of them (and of
+    // their views, which share the storage) raises this text instead.
+    for (std::size_t j = i; j < shown.size(); ++j) {
+      c10::StorageImpl* storage = shown[j].unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+      storage->set_data_ptr_noswap(c10::DataPtr(nullptr, shown[j].device()));
+      storage->set_nbytes(0);
+      storage->release_data_and_set_meta_custom_data_ptr_error_msg_(
+          failure + ", so this tensor, kept by a hook there, holds no data");
+    }
+    fail<RuntimeError>("aoti.point.keep_failed",
+                       failure +
+                           "; the tensors of that firing kept and not copied hold no data "
+                           "now, and reading them raises");
   }
 }
 

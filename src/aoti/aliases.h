@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/string_view.h>
 
 #include "modhooks/version.h"
 
@@ -24,20 +25,22 @@ Shown shown_aliases(at::TensorList xs);
 
 /// Gives each alias in `shown` that a hook kept (another owner of it or of its storage exists
 /// once the hooks' values are gone) a copy of the memory of the tensor it shows, `xs[i]`; the
-/// others go back to the thread's spare aliases.
-void keep_valid(Shown& shown, at::TensorList xs);
+/// others go back to the thread's spare aliases. Where a copy fails (out of memory), the aliases
+/// not yet copied are given no memory at all, so that no kept tensor can read or write what the
+/// run frees or reuses, and RuntimeError `aoti.point.keep_failed` names `point`.
+void keep_valid(Shown& shown, at::TensorList xs, c10::string_view point);
 
 /// Runs `hooks` on the aliases in `shown`, then `keep_valid`: also when a hook throws, since it
 /// may have kept what it was shown before it did.
 template <class Hooks>
-void run_keeping_valid(Shown& shown, at::TensorList xs, Hooks&& hooks) {
+void run_keeping_valid(Shown& shown, at::TensorList xs, c10::string_view point, Hooks&& hooks) {
   try {
     hooks();
   } catch (...) {
-    keep_valid(shown, xs);
+    keep_valid(shown, xs, point);
     throw;
   }
-  keep_valid(shown, xs);
+  keep_valid(shown, xs, point);
 }
 
 }  // namespace detail

@@ -184,7 +184,7 @@ void fire_output(const aoti::Point& point, std::unique_ptr<PointRun> open, at::T
   std::optional<PointRun> unopened;  // a point without inputs, or whose input point had no hooks
   PointRun& run = open ? *open : unopened.emplace(point);
   Shown shown = shown_aliases(targets);
-  run_keeping_valid(shown, targets, [&] {
+  run_keeping_valid(shown, targets, point.name(), [&] {
     run.call.show_output(shown, targets);
     run.dispatch.exit(point, run.call);
     run.call.hide();
@@ -228,7 +228,7 @@ void input_point(at::TensorList xs, at::TensorList outs, const at::Tensor& /*tok
     auto open = std::make_unique<PointRun>(*point);
     PointCall& call = open->call;
     Shown shown = shown_aliases(outs);
-    run_keeping_valid(shown, outs, [&] {
+    run_keeping_valid(shown, outs, point->name(), [&] {
       call.show_args(shown, outs);
       open->dispatch.enter(*point, call);
       call.hide_args();

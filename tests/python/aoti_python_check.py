@@ -18,7 +18,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import modhooks  # noqa: E402
 import modhooks.export as mhx  # noqa: E402
-from aoti_packages import Branchy, OwnTensors  # noqa: E402
+from aoti_packages import Branchy, OwnTensors, doubled, tensors  # noqa: E402
 from modhooks.runtime import Package  # noqa: E402
 
 
@@ -92,25 +92,9 @@ def check_selection() -> None:
 
 
 def check_python_runtime(folder: pathlib.Path) -> None:
-    info = json.loads((folder / "branchy.json").read_text())
+    for case in ("branchy", "own_tensors", "own_tensors_strict"):
+        check_runtime_against_eager(folder, case)
     record = load_file(str(folder / "branchy.safetensors"))
-    package = Package(str(folder / "branchy.pt2"))
-    assert package.points == [p["name"] for p in info["points"]]
-    fired = []
-    handles = [package.register_forward_hook(n, lambda n, a, o: fired.append((n, o)))
-               for n in package.points]
-    out = package(record["input.0"])
-    assert [n for n, _ in fired] == info["runs"][0]["order"], fired
-    for i, (_, o) in enumerate(fired):
-        got = o if isinstance(o, tuple) else (o,)
-        for k, t in enumerate(got):
-            assert torch.allclose(t, record[f"fire.{i}.{k}"], atol=1e-4), (i, k)
-    for h in handles:
-        h.remove()
-    package.register_forward_hook(info["replace"], lambda n, a, o: o * 2)
-    out = package(record["input.0"])
-    for j, t in enumerate(out):
-        assert torch.allclose(t, record[f"replaced.{j}"], atol=1e-4), j
     check_edits_in_place(folder, record["input.0"])
     try:
         Package(str(folder / "other_abi.pt2"))
@@ -118,6 +102,38 @@ def check_python_runtime(folder: pathlib.Path) -> None:
         assert f"ABI 9.9; this is {modhooks.ABI}" in str(e), e
     else:
         raise AssertionError("a package of another ABI must be refused")
+
+
+def check_runtime_against_eager(folder: pathlib.Path, case: str) -> None:
+    """A case's package run from Python: every point fires in eager's order with eager's
+    tensors, the case's replacement changes the outputs as in eager, and, once its hook is
+    removed, the outputs are bitwise those of the package exported without points."""
+    info = json.loads((folder / f"{case}.json").read_text())
+    record = load_file(str(folder / f"{case}.safetensors"))
+    inputs = [record[f"input.{i}"] for i in range(info["runs"][0]["inputs"])]
+    package = Package(str(folder / f"{case}.pt2"))
+    assert package.points == [p["name"] for p in info["points"]], case
+    fired = []
+    handles = [package.register_forward_hook(n, lambda n, a, o: fired.append((n, o)))
+               for n in package.points]
+    out = package(*inputs)
+    assert [n for n, _ in fired] == info["runs"][0]["order"], (case, fired)
+    for i, (_, o) in enumerate(fired):
+        got = o if isinstance(o, tuple) else (o,)
+        for k, t in enumerate(got):
+            assert torch.allclose(t, record[f"fire.{i}.{k}"], atol=1e-4), (case, i, k)
+    for h in handles:
+        h.remove()
+    handle = package.register_forward_hook(info["replace"], lambda n, a, o: doubled(o))
+    out = tensors(package(*inputs))
+    assert len(out) == info["runs"][0]["outputs"], (case, len(out))
+    for j, t in enumerate(out):
+        assert torch.allclose(t, record[f"replaced.{j}"], atol=1e-4), (case, j)
+    handle.remove()
+    if info["plain"]:
+        plain = torch._inductor.aoti_load_package(str(folder / f"{case}.plain.pt2"))
+        for got, want in zip(tensors(package(*inputs)), tensors(plain(*inputs)), strict=True):
+            assert torch.equal(got, want), case
 
 
 def check_edits_in_place(folder: pathlib.Path, x: torch.Tensor) -> None:
