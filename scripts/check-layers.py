@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""Fails when a room of the library includes a header its row of README.md's layer table does not
-allow. The table is the one place that says what each room may include; this reads it, then every
-`#include "modhooks/..."` under include/modhooks/ and src/. Run from anywhere:
-python3 scripts/check-layers.py"""
+"""Fails when a room of the library includes a header its row of the layer table does not allow.
+The table, under "## Layers" in docs/architecture.md, is the one place that says what each room
+may include; this reads it, then every `#include "modhooks/..."` under include/modhooks/ and
+src/. Run from anywhere: python3 scripts/check-layers.py"""
 import pathlib
 import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+TABLE = ROOT / "docs" / "architecture.md"
 INCLUDE = ROOT / "include" / "modhooks"
 SRC = ROOT / "src"
 
@@ -16,7 +17,7 @@ SRC = ROOT / "src"
 def read_table():
     """{room: (places, allowed)}: places and allowed are paths relative to include/modhooks/, a
     folder ending in '/' or one header."""
-    text = (ROOT / "README.md").read_text()
+    text = TABLE.read_text()
     section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ")][2:]
     rooms = {}
@@ -64,7 +65,8 @@ def main():
             if room is None:
                 if base == SRC and relative == "pch.h":
                     continue
-                problems.append(f"{path.relative_to(ROOT)}: in no room of README.md's layer table")
+                problems.append(f"{path.relative_to(ROOT)}: in no room of the layer table "
+                                f"in {TABLE.relative_to(ROOT)}")
                 continue
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 found = re.match(r'\s*#\s*include\s+"modhooks/([^"]+)"', line)
@@ -74,7 +76,8 @@ def main():
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
-        print(f"{len(problems)} include(s) break README.md's layer table", file=sys.stderr)
+        print(f"{len(problems)} include(s) break the layer table in {TABLE.relative_to(ROOT)}",
+              file=sys.stderr)
         return 1
     print(f"layers: every include of {len(rooms)} rooms is allowed")
     return 0

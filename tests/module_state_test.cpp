@@ -413,8 +413,9 @@ struct WrapImpl : torch::nn::Module {
 
 }  // namespace
 
-TEST(LoadStateDictAtomicity, ACopyThatThrowsUndoesTheCopiesBeforeIt) {
-  // A buffer made by `expand` cannot be written; its copy fails after the Linear's were made.
+TEST(LoadStateDictAtomicity, ACopyThatWouldFailIsFoundBeforeAnyTensorIsWritten) {
+  // A buffer made by `expand` cannot be written: the load finds it while it checks every copy,
+  // before it writes the Linear's tensors that come first.
   LinearThenStats net;
   const Snapshot before(*net);
   auto sd = random_state_of(*net);

@@ -9,7 +9,9 @@
 
 #include <torch/nn/modules/linear.h>
 
+#include <cstddef>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -241,24 +243,49 @@ TEST(ForwardHooks, AHookThatThrowsPropagatesAndLeavesTheRegistryIntact) {
   EXPECT_EQ(modhooks::detail::hooks_for(*m)->forward.size(), 1u);
 }
 
+namespace {
+/// A Linear built in one buffer, the same each time, and owned by a shared_ptr whose control
+/// block is allocated apart (as `std::shared_ptr<T>(new T)` does): a module built after another
+/// died sits at the dead one's address while the dead one's control block, which a weak
+/// reference keeps, lives on. At most one at a time.
+alignas(torch::nn::LinearImpl) unsigned char same_address[sizeof(torch::nn::LinearImpl)];
+torch::nn::Linear linear_at_the_same_address() {
+  auto* impl = new (same_address) torch::nn::LinearImpl(2, 2);
+  return torch::nn::Linear(std::shared_ptr<torch::nn::LinearImpl>(
+      impl, [](torch::nn::LinearImpl* dead) { dead->~LinearImpl(); }));
+}
+}  // namespace
+
 TEST(RemovableHandle, HarmlessAfterItsModuleWasDestroyed) {
   RemovableHandle handle;
+  int dead_calls = 0;
+  const torch::nn::Module* dead_address = nullptr;
   {
-    torch::nn::Linear linear(2, 2);
+    torch::nn::Linear linear = linear_at_the_same_address();
+    dead_address = linear.get();
     handle = modhooks::register_forward_hook(
-        linear, [](torch::nn::Module&, const IValues&, const c10::IValue&) {});
+        linear, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++dead_calls; });
   }
-  handle.remove();
-  handle.remove();
-  // A new module (possibly at the same address) starts with no hooks.
-  torch::nn::Linear fresh(2, 2);
+  // A new module at the dead one's address starts with no hooks, the dead one's handle still
+  // held.
+  torch::nn::Linear fresh = linear_at_the_same_address();
+  ASSERT_EQ(fresh.get(), dead_address);
   int calls = 0;
   ScopedHandle other(modhooks::register_module_forward_pre_hook(
       [&](torch::nn::Module&, const IValues&) { ++calls; }));
   modhooks::call(fresh, at::randn({1, 2}));
   EXPECT_EQ(calls, 1);
+  EXPECT_EQ(dead_calls, 0);
   auto hooks = modhooks::detail::find_hooks(*fresh);
   EXPECT_TRUE(hooks == nullptr || hooks->forward.empty());
+  // Removing it then touches nothing, twice; the new module's own hooks stay.
+  ScopedHandle own(modhooks::register_forward_hook(
+      fresh, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++calls; }));
+  handle.remove();
+  handle.remove();
+  modhooks::call(fresh, at::randn({1, 2}));
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(dead_calls, 0);
 }
 
 TEST(RemovableHandle, AModuleNoSharedPtrOwnsCannotTakeHooks) {

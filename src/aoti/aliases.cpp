@@ -20,9 +20,8 @@ namespace detail {
 namespace {
 
 /// The aliases of earlier firings on this thread that no hook kept: making a storage and a
-/// tensor object for each shown tensor was about a third of what a firing cost (aoti_bench), so
-/// `shown_alias` points one of these at the new memory instead. Bounded: a thread keeps at most
-/// this many.
+/// tensor object for each shown tensor is a large part of what a firing costs, so `shown_alias`
+/// points one of these at the new memory instead. Bounded: a thread keeps at most this many.
 thread_local std::vector<at::Tensor> spare_aliases;
 constexpr std::size_t kMaxSpareAliases = 64;
 
@@ -61,9 +60,8 @@ at::Tensor shown_alias(const at::Tensor& x) {
       c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
       impl->storage().unsafeGetStorageImpl()->UniqueStorageShareExternalPointer(std::move(data),
                                                                                 memory.nbytes());
-      // Consecutive points often show tensors of one geometry: setting it anew recomputes the
-      // contiguity flags, about 110 of a firing's 812 instructions (callgrind, aoti_bench's 16
-      // Linear points), so it is set only where it differs.
+      // Consecutive points often show tensors of one geometry, and setting it anew recomputes
+      // the contiguity flags: it is set only where it differs.
       if (impl->storage_offset() != x.storage_offset() || impl->sizes() != x.sizes() ||
           impl->strides() != x.strides()) {
         impl->set_sizes_and_strides(x.sizes(), x.strides(), x.storage_offset());

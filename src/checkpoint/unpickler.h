@@ -22,6 +22,13 @@ namespace detail {
 using StorageLoader =
     std::function<c10::Storage(const std::string& key, c10::ScalarType dtype, std::uint64_t numel)>;
 
+/// Where a pickle ended, for files of several pickles in a row (the legacy format): the bytes up
+/// to and including its STOP, and what is left of the budget with the result still held.
+struct PickleEnd {
+  std::size_t consumed = 0;
+  std::uint64_t budget_left = 0;
+};
+
 /// Runs the `data.pkl` of a torch.save archive and returns the state dict it describes.
 ///
 /// This is not Python's unpickler: it knows the protocol 2-5 opcodes torch.save writes for
@@ -32,19 +39,13 @@ using StorageLoader =
 /// neither nest deeper than a small bound nor contain themselves.
 ///
 /// Every allocation the unpickling makes is charged in full against `budget` bytes before it is
-/// made, and nothing is refunded: stack, memo and container slots (16 bytes each, vectors
-/// charged at each growth), strings, containers, storages (their bytes, StorageImpl and index
-/// entry), tensors (TensorImpl and libtorch's objects beside it, at an upper bound), and the
-/// returned state dict's entries. So the unpickling never holds more than `budget` bytes; a
-/// pickle that asks for more fails with an error that quotes `budget_rule`, which says how the
-/// caller set the budget.
-/// Where a pickle ended, for files of several pickles in a row (the legacy format): the bytes up
-/// to and including its STOP, and what is left of the budget with the result still held.
-struct PickleEnd {
-  std::size_t consumed = 0;
-  std::uint64_t budget_left = 0;
-};
-
+/// made, and refunded only once it is freed (a vector's old buffer after it grew, a temporary):
+/// stack, memo and container slots (16 bytes each, vectors charged at each growth), strings,
+/// containers, storages (their bytes, StorageImpl and index entry), tensors (TensorImpl and
+/// libtorch's objects beside it, at an upper bound), and the returned state dict's entries. So
+/// the unpickling never holds more than `budget` bytes; a pickle that asks for more fails with an
+/// error that quotes `budget_rule`, which says how the caller set the budget. `end`, where given,
+/// receives where the pickle ended.
 StateDict unpickle_state_dict(std::string_view pickle, const StorageLoader& load_storage,
                               std::uint64_t budget, const std::string& budget_rule,
                               PickleEnd* end = nullptr);

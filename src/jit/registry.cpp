@@ -7,6 +7,7 @@
 
 #include "hooked_call.h"
 #include "instrumentation.h"
+#include "modhooks/core/detail/dotted_path.h"
 #include "modhooks/core/error.h"
 #include "modhooks/dispatch/detail/global_tables.h"
 #include "modhooks/jit/instrument.h"
@@ -50,14 +51,10 @@ std::string python_class_name(const torch::jit::Module& module) {
 
 torch::jit::Module submodule(const torch::jit::Module& root, const std::string& name) {
   torch::jit::Module module = root;
-  std::size_t begin = 0;
-  while (!name.empty() && begin <= name.size()) {
-    std::size_t end = name.find('.', begin);
-    if (end == std::string::npos) end = name.size();
-    const std::string item = name.substr(begin, end - begin);
+  detail::for_each_path_item(name, [&](const std::string& item, bool first) {
     if (!module.hasattr(item)) {
       std::string message = detail::python_class_name(module) + " has no attribute `" + item + "`";
-      if (begin == 0 && module.named_children().size() == 0) {
+      if (first && module.named_children().size() == 0) {
         message +=
             " (a frozen or inference-optimized model keeps no submodules: nothing inside "
             "it can be hooked)";
@@ -70,8 +67,7 @@ torch::jit::Module submodule(const torch::jit::Module& root, const std::string& 
                                    "`" + item + "` is not an nn.Module");
     }
     module = torch::jit::Module(value.toObject());
-    begin = end + 1;
-  }
+  });
   return module;
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "modhooks/core/detail/dotted_path.h"
 #include "modhooks/core/error.h"
 #include "modhooks/dispatch/detail/global_tables.h"
 #include "modhooks/nn/submodule.h"
@@ -67,11 +68,7 @@ std::shared_ptr<torch::nn::Module> submodule(torch::nn::Module& root, const std:
   if (!module)
     fail<RuntimeError>("nn.submodule.unowned_root",
                        "modhooks::submodule needs a root owned by a shared_ptr (as holders are)");
-  std::size_t begin = 0;
-  while (!name.empty() && begin <= name.size()) {
-    std::size_t end = name.find('.', begin);
-    if (end == std::string::npos) end = name.size();
-    const std::string item = name.substr(begin, end - begin);
+  for_each_path_item(name, [&](const std::string& item, bool /*first*/) {
     const auto children = module->named_children();
     if (const auto* child = children.find(item)) {
       module = *child;
@@ -82,8 +79,7 @@ std::shared_ptr<torch::nn::Module> submodule(torch::nn::Module& root, const std:
       fail<AttributeError>("nn.submodule.no_attribute",
                            python_class_name(*module) + " has no attribute `" + item + "`");
     }
-    begin = end + 1;
-  }
+  });
   return module;
 }
 

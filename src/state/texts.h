@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "modhooks/state/detail/texts.h"
 #include "modhooks/version.h"
 
 // Python's texts in state-dict errors: keys, shapes and messages as `torch.nn.Module` prints them.
@@ -21,11 +22,6 @@ namespace detail {
 
 inline std::string without_dot(const std::string& prefix) {
   return prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1);
-}
-
-/// `torch.Size([2, 3])`, as Python prints shapes in load errors.
-inline std::string torch_size(at::IntArrayRef sizes) {
-  return fmt::format("torch.Size([{}])", fmt::join(sizes.begin(), sizes.end(), ", "));
 }
 
 /// `"a", "b"` (or `"a" and "b"` with that separator), as Python's load errors list keys.

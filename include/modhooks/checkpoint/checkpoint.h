@@ -34,9 +34,8 @@ void save(const StateDict& state_dict, const std::string& path);
 /// \endcode
 struct LoadOptions {
   /// Checks every record of a torch.save file against the CRC-32 its zip entry records, in the
-  /// same pass that reads it (libdeflate's CRC-32: 256 MiB in 28 ms on a 2-core VM, where a
-  /// memcpy of them took 22.5; on a 512 MiB file the check's cost was within the run's noise).
-  /// A damaged file then fails naming the record. Files written with
+  /// same pass that reads it, so each byte is read once (libdeflate's CRC-32; docs/state.md says
+  /// what it costs). A damaged file then fails naming the record. Files written with
   /// `torch.serialization.set_crc32_options(False)` record no CRC-32s and load unchecked either
   /// way. safetensors files carry no checksums.
   bool verify_crc32 = true;

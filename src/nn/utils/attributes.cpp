@@ -47,12 +47,6 @@ template struct Expose<BuffersTag, &torch::nn::Module::buffers_>;
 TensorDict& parameters_of(torch::nn::Module& module) { return module.*member(ParametersTag{}); }
 TensorDict& buffers_of(torch::nn::Module& module) { return module.*member(BuffersTag{}); }
 
-std::string shape_text(const at::Tensor& tensor) {
-  std::ostringstream out;
-  out << "torch.Size(" << tensor.sizes() << ")";
-  return out.str();
-}
-
 std::string module_repr(const torch::nn::Module& module) {
   std::ostringstream out;
   out << module;
@@ -177,6 +171,21 @@ void uninstall(torch::nn::Module& module, const std::shared_ptr<Applied>& applie
     auto& list = utilities->applied;
     list.erase(std::remove(list.begin(), list.end(), applied), list.end());
   }
+}
+
+void restore_parameter(torch::nn::Module& module, const std::shared_ptr<Applied>& applied,
+                       std::initializer_list<std::string> added, const at::Tensor& value,
+                       bool requires_grad) {
+  uninstall(module, applied);
+  for (const std::string& name : added) {
+    TensorDict& parameters = parameters_of(module);
+    if (parameters.contains(name)) {
+      parameters.erase(name);
+    } else {
+      buffers_of(module).erase(name);
+    }
+  }
+  applied->member.get() = module.register_parameter(applied->name, value, requires_grad);
 }
 
 at::Tensor take_parameter(torch::nn::Module& module, const std::string& name) {

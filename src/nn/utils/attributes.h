@@ -9,12 +9,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "modhooks/core/error.h"
 #include "modhooks/core/handle.h"
 #include "modhooks/nn/utils/detail/tensors.h"
 #include "modhooks/version.h"
@@ -30,9 +32,6 @@ MODHOOKS_BEGIN_NAMESPACE
 namespace nn::utils::detail {
 
 using TensorDict = torch::OrderedDict<std::string, at::Tensor>;
-
-/// Python's print of a shape in error texts: `torch.Size([3, 4])`.
-std::string shape_text(const at::Tensor& tensor);
 
 /// The module's own tables, which libtorch keeps private and has no calls to remove from.
 TensorDict& parameters_of(torch::nn::Module& module);
@@ -162,6 +161,23 @@ RemovableHandle recompute_before_forward(torch::nn::Module& module,
 
 /// Takes `applied` off the module: its hooks and its place among the utilities.
 void uninstall(torch::nn::Module& module, const std::shared_ptr<Applied>& applied);
+
+/// The utility of type `T` on `name`, for Python's `remove_*`: ValueError `id`, with the text
+/// `message()` makes, where there is none.
+template <class T, class Message>
+std::shared_ptr<T> applied_or_fail(const torch::nn::Module& module, const std::string& name,
+                                   const char* id, Message&& message) {
+  auto applied = find_applied<T>(module, name);
+  if (!applied) modhooks::detail::fail<ValueError>(id, message());
+  return applied;
+}
+
+/// The end of Python's `remove_*`: `applied` comes off `module`, the tensors it added (`added`,
+/// parameters or buffers) are deleted, and its tensor is a parameter again, holding `value`, in
+/// the member forward reads.
+void restore_parameter(torch::nn::Module& module, const std::shared_ptr<Applied>& applied,
+                       std::initializer_list<std::string> added, const at::Tensor& value,
+                       bool requires_grad = true);
 
 /// Python's `del module._parameters[name]` (KeyError "'name'" where there is none); returns
 /// the parameter.

@@ -8,14 +8,15 @@
 #include <unordered_map>
 
 #include "attributes.h"
+#include "modhooks/state/detail/texts.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace nn::utils::parametrize {
 namespace {
 
 using modhooks::detail::fail;
+using modhooks::detail::torch_size;
 using utils::detail::Applied;
-using utils::detail::shape_text;
 
 /// Python's `torch.float32`.
 std::string dtype_text(const at::Tensor& tensor) {
@@ -236,8 +237,8 @@ void check_stacked(const std::string& name, const Parametrization& parametrizati
     fail<ValueError>("nn.utils.parametrize.shape",
                      "Registering a parametrization may not change the shape of the tensor, "
                      "unless the `unsafe` flag is enabled.\nmodule." +
-                         name + ".shape: " + shape_text(y) + "\nparametrization(module." + name +
-                         ").shape: " + shape_text(x));
+                         name + ".shape: " + torch_size(y.sizes()) + "\nparametrization(module." +
+                         name + ").shape: " + torch_size(x.sizes()));
   }
   if (parametrization.right_inverse) {
     const std::vector<at::Tensor> z = parametrization.right_inverse(x);
@@ -257,7 +258,8 @@ void check_stacked(const std::string& name, const Parametrization& parametrizati
                        "The tensor returned by parametrization.right_inverse must have the "
                        "same shape as module." +
                            name + ", unless the `unsafe` flag is enabled.\nmodule." + name +
-                           ".shape: " + shape_text(y) + "\nreturned shape: " + shape_text(z[0]));
+                           ".shape: " + torch_size(y.sizes()) +
+                           "\nreturned shape: " + torch_size(z[0].sizes()));
     }
   }
 }
@@ -313,7 +315,8 @@ void register_parametrization(torch::nn::Module& module, const std::string& name
         fail<ValueError>("nn.utils.parametrize.shape",
                          "Registering a parametrization may not change the shape of the tensor, "
                          "unless `unsafe` flag is enabled.\nunparametrized shape: " +
-                             shape_text(original) + "\nparametrized shape: " + shape_text(first));
+                             torch_size(original.sizes()) +
+                             "\nparametrized shape: " + torch_size(first.sizes()));
       }
     }
   } catch (...) {

@@ -11,6 +11,7 @@
 
 #include "attributes.h"
 #include "modhooks/core/error.h"
+#include "modhooks/state/detail/texts.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace nn::utils::prune {
@@ -19,7 +20,21 @@ namespace {
 using at::indexing::Slice;
 using at::indexing::TensorIndex;
 using modhooks::detail::fail;
-using utils::detail::shape_text;
+using modhooks::detail::torch_size;
+
+/// Python's ValueError for an `amount` that is neither a fraction in [0, 1] nor a count.
+[[noreturn]] void fail_out_of_range(const std::string& amount) {
+  fail<ValueError>("nn.utils.prune.amount",
+                   "amount=" + amount +
+                       " should either be a float in the range [0, 1] or a non-negative integer");
+}
+
+/// Python's TypeError where `name` is a buffer or plain tensor: `name_orig` must be a Parameter.
+[[noreturn]] void fail_not_a_parameter(const std::string& name) {
+  fail<TypeError>("nn.utils.prune.not_a_parameter",
+                  "cannot assign the tensor '" + name + "' to parameter '" + name +
+                      "_orig' (torch.nn.Parameter or None required): it is not a parameter");
+}
 
 /// Python's `_validate_structured_pruning(t)`.
 void check_structured(const at::Tensor& t) {
@@ -27,7 +42,7 @@ void check_structured(const at::Tensor& t) {
     fail<ValueError>("nn.utils.prune.not_multidimensional",
                      "Structured pruning can only be applied to multidimensional tensors. Found "
                      "tensor of shape " +
-                         shape_text(t) + " with " + std::to_string(t.dim()) + " dims");
+                         torch_size(t.sizes()) + " with " + std::to_string(t.dim()) + " dims");
   }
 }
 
@@ -35,7 +50,7 @@ void check_structured(const at::Tensor& t) {
 std::int64_t checked_dim(const at::Tensor& t, std::int64_t dim) {
   if (dim >= t.dim()) {
     fail<IndexError>("nn.utils.prune.dim", "Invalid index " + std::to_string(dim) +
-                                               " for tensor of size " + shape_text(t));
+                                               " for tensor of size " + torch_size(t.sizes()));
   }
   const std::int64_t front = dim < 0 ? dim + t.dim() : dim;
   if (front < 0) {
@@ -158,19 +173,11 @@ bool has_pruned(const torch::nn::Module& module) {
 }  // namespace
 
 Amount::Amount(double fraction) : value_(fraction) {
-  if (!(fraction >= 0.0 && fraction <= 1.0)) {
-    fail<ValueError>("nn.utils.prune.amount",
-                     "amount=" + str() +
-                         " should either be a float in the range [0, 1] or a non-negative integer");
-  }
+  if (!(fraction >= 0.0 && fraction <= 1.0)) fail_out_of_range(str());
 }
 
 Amount::Amount(std::int64_t count, CountTag) : value_(count) {
-  if (count < 0) {
-    fail<ValueError>("nn.utils.prune.amount",
-                     "amount=" + str() +
-                         " should either be a float in the range [0, 1] or a non-negative integer");
-  }
+  if (count < 0) fail_out_of_range(str());
 }
 
 std::int64_t Amount::of(std::int64_t size) const {
@@ -207,7 +214,7 @@ at::Tensor BasePruningMethod::prune(const at::Tensor& t, const at::Tensor& defau
   if (importance_scores.defined() && !importance_scores.sizes().equals(t.sizes())) {
     fail<ValueError>("nn.utils.prune.importance_scores",
                      "importance_scores should have the same shape as tensor t, got " +
-                         shape_text(importance_scores) + " vs " + shape_text(t));
+                         torch_size(importance_scores.sizes()) + " vs " + torch_size(t.sizes()));
   }
   const at::Tensor& scores = importance_scores.defined() ? importance_scores : t;
   return t * compute_mask(scores, default_mask.defined() ? default_mask : at::ones_like(t));
@@ -250,9 +257,9 @@ at::Tensor LnStructuredMethod::compute_mask(const at::Tensor& t,
 at::Tensor CustomFromMaskMethod::compute_mask(const at::Tensor&,
                                               const at::Tensor& default_mask) const {
   if (!default_mask.sizes().equals(mask_.sizes())) {
-    fail<ValueError>("nn.utils.prune.mask_shape", "default_mask shape " + shape_text(default_mask) +
-                                                      " must match self.mask shape " +
-                                                      shape_text(mask_));
+    fail<ValueError>("nn.utils.prune.mask_shape",
+                     "default_mask shape " + torch_size(default_mask.sizes()) +
+                         " must match self.mask shape " + torch_size(mask_.sizes()));
   }
   return default_mask * mask_.to(default_mask.scalar_type());
 }
@@ -326,8 +333,8 @@ void apply(torch::nn::Module& module, const std::string& name,
   if (importance_scores.defined() && !importance_scores.sizes().equals(orig.sizes())) {
     fail<ValueError>("nn.utils.prune.importance_scores",
                      "importance_scores should have the same shape as parameter " + name + " of " +
-                         ud::module_repr(module) + ", got " + shape_text(importance_scores) +
-                         " vs " + shape_text(orig));
+                         ud::module_repr(module) + ", got " +
+                         torch_size(importance_scores.sizes()) + " vs " + torch_size(orig.sizes()));
   }
   const at::Tensor& scores = importance_scores.defined() ? importance_scores : orig;
   at::Tensor default_mask;
@@ -336,9 +343,7 @@ void apply(torch::nn::Module& module, const std::string& name,
         ud::buffers_of(module)[name + "_mask"].detach().clone(at::MemoryFormat::Contiguous);
   } else {
     if (!ud::parameters_of(module).contains(name)) {
-      fail<TypeError>("nn.utils.prune.not_a_parameter",
-                      "cannot assign the tensor '" + name + "' to parameter '" + name +
-                          "_orig' (torch.nn.Parameter or None required): it is not a parameter");
+      fail_not_a_parameter(name);
     }
     default_mask = at::ones_like(orig);
   }
@@ -358,20 +363,16 @@ void apply(torch::nn::Module& module, const std::string& name,
 
 void remove(torch::nn::Module& module, const std::string& name) {
   namespace ud = utils::detail;
-  auto applied = ud::find_applied<Pruned>(module, name);
-  if (!applied) {
-    fail<ValueError>("nn.utils.prune.not_pruned",
-                     "Parameter '" + name + "' of module " + ud::module_repr(module) +
-                         " has to be pruned before pruning can be removed");
-  }
+  auto applied = ud::applied_or_fail<Pruned>(module, name, "nn.utils.prune.not_pruned", [&] {
+    return "Parameter '" + name + "' of module " + ud::module_repr(module) +
+           " has to be pruned before pruning can be removed";
+  });
   const at::Tensor weight = applied->compute(module);
   // Python's `orig.data = weight.data`: the Parameter object is `name` again.
   at::Tensor orig = ud::parameters_of(module)[name + "_orig"];
   orig.set_data(weight.detach());
-  ud::uninstall(module, applied);
-  ud::parameters_of(module).erase(name + "_orig");
-  ud::buffers_of(module).erase(name + "_mask");
-  applied->member.get() = module.register_parameter(name, orig, orig.requires_grad());
+  ud::restore_parameter(module, applied, {name + "_orig", name + "_mask"}, orig,
+                        orig.requires_grad());
 }
 
 bool is_pruned(const torch::nn::Module& module) { return has_pruned(module); }
@@ -402,9 +403,7 @@ void global_unstructured(const std::vector<std::pair<Target, std::string>>& para
     // What custom_from_mask will need of each, checked before any is pruned.
     ud::utilities_for(module);
     if (!ud::parameters_of(module).contains(name) && !ud::find_applied<Pruned>(module, name)) {
-      fail<TypeError>("nn.utils.prune.not_a_parameter",
-                      "cannot assign the tensor '" + name + "' to parameter '" + name +
-                          "_orig' (torch.nn.Parameter or None required): it is not a parameter");
+      fail_not_a_parameter(name);
     }
     if (!ud::find_applied<Pruned>(module, name)) ud::member_for(module, name, tensor);
     tensors.push_back(tensor);

@@ -180,22 +180,15 @@ void spectral_norm(torch::nn::Module& module, const std::string& name,
 }
 
 void remove_spectral_norm(torch::nn::Module& module, const std::string& name) {
-  auto fn = find_applied<SpectralNorm>(module, name);
-  if (!fn) {
-    modhooks::detail::fail<ValueError>(
-        "nn.utils.spectral_norm.not_found",
-        "spectral_norm of '" + name + "' not found in " + module_repr(module));
-  }
+  auto fn = applied_or_fail<SpectralNorm>(module, name, "nn.utils.spectral_norm.not_found", [&] {
+    return "spectral_norm of '" + name + "' not found in " + module_repr(module);
+  });
   at::Tensor weight;
   {
     at::NoGradGuard no_grad;
     weight = fn->compute(module, /*do_power_iteration=*/false);
   }
-  uninstall(module, fn);
-  buffers_of(module).erase(name + "_u");
-  buffers_of(module).erase(name + "_v");
-  parameters_of(module).erase(name + "_orig");
-  fn->member.get() = module.register_parameter(name, new_parameter(weight));
+  restore_parameter(module, fn, {name + "_u", name + "_v", name + "_orig"}, new_parameter(weight));
 }
 
 }  // namespace nn::utils::detail

@@ -55,17 +55,11 @@ void weight_norm(torch::nn::Module& module, const std::string& name,
 }
 
 void remove_weight_norm(torch::nn::Module& module, const std::string& name) {
-  auto applied = find_applied<WeightNorm>(module, name);
-  if (!applied) {
-    modhooks::detail::fail<ValueError>(
-        "nn.utils.weight_norm.not_found",
-        "weight_norm of '" + name + "' not found in " + module_repr(module));
-  }
+  auto applied = applied_or_fail<WeightNorm>(module, name, "nn.utils.weight_norm.not_found", [&] {
+    return "weight_norm of '" + name + "' not found in " + module_repr(module);
+  });
   const at::Tensor weight = applied->compute(module);
-  uninstall(module, applied);
-  parameters_of(module).erase(name + "_g");
-  parameters_of(module).erase(name + "_v");
-  applied->member.get() = module.register_parameter(name, new_parameter(weight));
+  restore_parameter(module, applied, {name + "_g", name + "_v"}, new_parameter(weight));
 }
 
 }  // namespace nn::utils::detail
