@@ -42,7 +42,8 @@ class Block:
     def __init__(self, page: pathlib.Path, line: int, lang: str, code: str, note: str | None):
         self.page, self.line, self.lang, self.code = page, line, lang, code
         self.continues = bool(note) and note.lstrip().startswith("continues")
-        self.context = note.lstrip()[len("continues"):].lstrip(" ;\n") if self.continues else (note or "")
+        context = note.strip() if note else ""
+        self.context = context[len("continues"):].lstrip(" ;\n") if self.continues else context
 
     @property
     def where(self) -> str:
