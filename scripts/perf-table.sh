@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Writes docs/performance.md from one run of the benchmarks and their Python baselines, on this
+# machine: builds them, exports the packages aoti_bench times, then bench/perf_page.py runs every
+# case (the call hooks in 10 fresh processes) on one core, one intra-op thread. About three
+# quarters of an hour on two cores; run it on an otherwise idle machine. Arguments go to
+# perf_page.py (`--processes 3 --filter Identity` for a quick try, into another file).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+modhooks_configure
+cmake --build "$build" -j "$MODHOOKS_JOBS" --target modhooks_benchmarks
+export OMP_NUM_THREADS=1
+export MODHOOKS_BENCH_CHECKPOINT="$build/bench/python-512MiB.pt"
+export MODHOOKS_BENCH_DIR="$build/bench"
+if [[ -x "$build/bench/aoti_bench" ]]; then
+  PYTHONPATH="$MODHOOKS_ROOT/python" "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/aoti_bench.py" \
+    "$MODHOOKS_BENCH_DIR"
+fi
+out="$MODHOOKS_ROOT/docs/performance.md"
+if (($#)); then out="$build/performance.md"; fi
+# The last core: the set-up's own processes and the system's tend to the first.
+core=$(($(nproc) - 1))
+taskset -c "$core" "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/perf_page.py" "$build" "$out" "$@"
+rm -f "$MODHOOKS_BENCH_DIR"/model_io_1GiB.safetensors "$MODHOOKS_BENCH_DIR"/model_io_1GiB.pt
+echo "perf-table: $out"
