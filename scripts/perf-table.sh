@@ -7,19 +7,12 @@
 # perf_page.py (`--processes 3 --filter Identity` for a quick try, into another file).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-modhooks_configure
-cmake --build "$build" -j "$MODHOOKS_JOBS" --target modhooks_benchmarks
-export OMP_NUM_THREADS=1
-export MODHOOKS_BENCH_CHECKPOINT="$build/bench/python-512MiB.pt"
-export MODHOOKS_BENCH_DIR="$build/bench"
-if [[ -x "$build/bench/aoti_bench" ]]; then
-  PYTHONPATH="$MODHOOKS_ROOT/python" "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/aoti_bench.py" \
-    "$MODHOOKS_BENCH_DIR"
-fi
+modhooks_bench_prepare
 out="$MODHOOKS_ROOT/docs/performance.md"
 if (($#)); then out="$build/performance.md"; fi
-# The last core: the set-up's own processes and the system's tend to the first.
-core=$(($(nproc) - 1))
+# The last core: the set-up's own processes and the system's tend to the first. (`nproc` alone
+# would count OMP_NUM_THREADS, which is 1 here.)
+core=$(($(nproc --all) - 1))
 taskset -c "$core" "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/perf_page.py" "$build" "$out" "$@"
 rm -f "$MODHOOKS_BENCH_DIR"/model_io_1GiB.safetensors "$MODHOOKS_BENCH_DIR"/model_io_1GiB.pt
 echo "perf-table: $out"

@@ -3,19 +3,8 @@
 # Runs the C++ benchmarks and their Python baselines in one go, on this machine.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
-modhooks_configure
-cmake --build "$build" -j "$MODHOOKS_JOBS" --target modhooks_benchmarks
-export OMP_NUM_THREADS=1
-# Python writes the 512 MiB torch.save file that both sides then load.
-export MODHOOKS_BENCH_CHECKPOINT="$build/bench/python-512MiB.pt"
+modhooks_bench_prepare
 "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/python_state_bench.py" "$MODHOOKS_BENCH_CHECKPOINT"
-# model_io_bench writes its two 1 GiB checkpoints there; Python then loads the same files.
-export MODHOOKS_BENCH_DIR="$build/bench"
-# aoti_bench times the packages Python exports and compiles there (a few minutes).
-if [[ -x "$build/bench/aoti_bench" ]]; then
-  PYTHONPATH="$MODHOOKS_ROOT/python" "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/aoti_bench.py" \
-    "$MODHOOKS_BENCH_DIR"
-fi
 for b in "$build"/bench/*_bench; do
   "$b" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_min_time=0.2
 done

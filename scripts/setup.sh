@@ -64,3 +64,20 @@ modhooks_configure() {
   cmake -S "$MODHOOKS_ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$MODHOOKS_TORCH_PREFIX" -DMODHOOKS_PYTHON="$MODHOOKS_PYTHON" "$@" >/dev/null
 }
+
+# What every benchmark run needs: the Release build's benchmarks, one intra-op thread, and the
+# files they read and write in its bench/ folder: MODHOOKS_BENCH_CHECKPOINT, the 512 MiB
+# torch.save file python_state_bench.py writes for state_bench, and MODHOOKS_BENCH_DIR, where
+# model_io_bench writes its 1 GiB checkpoints and aoti_bench.py the packages aoti_bench times
+# (exported and compiled here, a few minutes, where the aoti component is built).
+modhooks_bench_prepare() {
+  modhooks_configure
+  cmake --build "$build" -j "$MODHOOKS_JOBS" --target modhooks_benchmarks
+  export OMP_NUM_THREADS=1
+  export MODHOOKS_BENCH_CHECKPOINT="$build/bench/python-512MiB.pt"
+  export MODHOOKS_BENCH_DIR="$build/bench"
+  if [[ -x "$build/bench/aoti_bench" ]]; then
+    PYTHONPATH="$MODHOOKS_ROOT/python" "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/aoti_bench.py" \
+      "$MODHOOKS_BENCH_DIR"
+  fi
+}

@@ -164,22 +164,20 @@ def check_edits_in_place(folder: pathlib.Path, x: torch.Tensor) -> None:
             results.append(run(package))
         for edited, replaced in zip(*results):
             assert torch.equal(edited, replaced), point
-    package = Package(str(folder / "branchy.pt2"))
-    package.register_forward_hook("id", lambda n, args, out: out[:2])
-    try:
-        package(x.clone())
-    except ValueError as e:
-        assert "replaced output tensor 0 with torch.float32[2, 8]" in str(e), e
-    else:
-        raise AssertionError("a replacement of other sizes must raise ValueError")
-    package = Package(str(folder / "branchy.pt2"))
-    package.register_forward_hook("id", lambda n, args, out: (out,))
-    try:
-        package(x.clone())
-    except TypeError as e:
-        assert "returned a tuple as its output; the compiled graph holds a tensor" in str(e), e
-    else:
-        raise AssertionError("a tuple in place of a point's one tensor must raise TypeError")
+    def expect_refused(hook, error: type, text: str) -> None:
+        package = Package(str(folder / "branchy.pt2"))
+        package.register_forward_hook("id", hook)
+        try:
+            package(x.clone())
+        except error as e:
+            assert text in str(e), e
+        else:
+            raise AssertionError(f"{text!r}: the run must raise {error.__name__}")
+
+    expect_refused(lambda n, args, out: out[:2], ValueError,
+                   "replaced output tensor 0 with torch.float32[2, 8]")
+    expect_refused(lambda n, args, out: (out,), TypeError,
+                   "returned a tuple as its output; the compiled graph holds a tensor")
 
 
 def main() -> None:
