@@ -22,11 +22,7 @@ MODHOOKS_BEGIN_NAMESPACE
 namespace aoti {
 
 Point::Point(std::string name, std::string type_name, bool inputs, bool single, std::size_t index)
-    : name_(std::move(name)),
-      type_name_(std::move(type_name)),
-      inputs_(inputs),
-      single_(single),
-      index_(index),
+    : PointInfo(std::move(name), std::move(type_name), inputs, single, index),
       hooks_(std::make_shared<modhooks::detail::PointHooks>()) {}
 
 }  // namespace aoti

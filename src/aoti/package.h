@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "modhooks/aoti/point.h"
+#include "modhooks/points/detail/replacement.h"
 #include "modhooks/version.h"
 
 // A loaded package: AOTInductor's loader, the checks before it runs anything of the package, and
@@ -23,6 +24,11 @@ namespace detail {
 
 class AotiModel {
  public:
+  /// What `Points` needs of a program (modhooks/points/detail/firing.h).
+  using PointType = aoti::Point;
+  static constexpr PointErrorIds ids{"aoti.point.keep_failed", "aoti.hook.bad_replacement",
+                                     "aoti.hook.replacement_mismatch"};
+
   /// Loads the package at `path` with `num_runners` runners; throws `aoti.model.num_runners`,
   /// `aoti.package.*` as docs/errors.md lists them.
   AotiModel(std::string path, std::size_t num_runners, const std::string& model_name,
@@ -32,6 +38,12 @@ class AotiModel {
     auto it = by_name_.find(name);
     return it == by_name_.end() ? nullptr : it->second;
   }
+
+  /// `aoti.model.reentrant_run`: a hook ran this model with each of its runners serving a run
+  /// on this thread, where libtorch's loader would wait for a runner forever.
+  [[noreturn]] void refuse_reentrant_run() const;
+  /// `aoti.model.run_failed`: the package's run threw `e`, which no hook threw.
+  [[noreturn]] void fail_run(const std::exception& e) const;
 
   std::string path;
   std::size_t runners;

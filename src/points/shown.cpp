@@ -1,6 +1,6 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
-#include "aliases.h"
+#include "modhooks/points/detail/shown.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/TensorImpl.h>
@@ -43,7 +43,7 @@ bool unshared(const at::Tensor& alias) {
 }
 
 /// A tensor over `x`'s memory with a storage object of its own, which is what hooks see: the
-/// compiled model reuses its buffers once a value is dead, so a hook that keeps what it got
+/// compiled program reuses its buffers once a value is dead, so a hook that keeps what it got
 /// (Python users do: `acts[name] = output`) would find other values there later. `keep_valid`
 /// swaps the memory of this storage for a copy where a hook kept the tensor or a view of it;
 /// where none did, nothing is copied and the alias goes back to `spare_aliases`.
@@ -84,7 +84,7 @@ Shown shown_aliases(at::TensorList xs) {
   return shown;
 }
 
-void keep_valid(Shown& shown, at::TensorList xs, c10::string_view point) {
+void keep_valid(Shown& shown, at::TensorList xs, c10::string_view point, const char* failed_id) {
   std::size_t i = 0;
   try {
     for (; i < shown.size(); ++i) {
@@ -103,7 +103,7 @@ void keep_valid(Shown& shown, at::TensorList xs, c10::string_view point) {
     }
   } catch (const std::exception& e) {
     const std::string failure = "modhooks: could not copy a tensor that a hook kept at point '" +
-                                std::string(point) + "' out of the compiled model's memory (" +
+                                std::string(point) + "' out of the compiled program's memory (" +
                                 e.what() + ")";
     // Left over the run's memory, these would show what the compiled model writes there later.
     // With no memory and libtorch's access check set, every read and write of them (and of
@@ -115,7 +115,7 @@ void keep_valid(Shown& shown, at::TensorList xs, c10::string_view point) {
       storage->release_data_and_set_meta_custom_data_ptr_error_msg_(
           failure + ", so this tensor, kept by a hook there, holds no data");
     }
-    fail<RuntimeError>("aoti.point.keep_failed",
+    fail<RuntimeError>(failed_id,
                        failure +
                            "; the tensors of that firing kept and not copied hold no data "
                            "now, and reading them raises");

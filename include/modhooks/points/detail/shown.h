@@ -8,8 +8,8 @@
 
 #include "modhooks/version.h"
 
-// What hooks at a point are shown: tensors over the compiled graph's memory that stay valid
-// where a hook keeps them.
+// What hooks at a point of a compiled program (an AOTInductor package, an ExecuTorch program)
+// are shown: tensors over the program's memory that stay valid where a hook keeps them.
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
@@ -18,7 +18,7 @@ namespace detail {
 using Shown = c10::SmallVector<at::Tensor, 4>;
 
 /// An alias of each of `xs`: a tensor over its memory with a storage object of its own. The
-/// compiled model reuses its buffers once a value is dead, so a hook that keeps what it got
+/// compiled program reuses its buffers once a value is dead, so a hook that keeps what it got
 /// (Python users do: `acts[name] = output`) would find other values there later: see
 /// `keep_valid`.
 Shown shown_aliases(at::TensorList xs);
@@ -27,20 +27,22 @@ Shown shown_aliases(at::TensorList xs);
 /// once the hooks' values are gone) a copy of the memory of the tensor it shows, `xs[i]`; the
 /// others go back to the thread's spare aliases. Where a copy fails (out of memory), the aliases
 /// not yet copied are given no memory at all, so that no kept tensor can read or write what the
-/// run frees or reuses, and RuntimeError `aoti.point.keep_failed` names `point`.
-void keep_valid(Shown& shown, at::TensorList xs, c10::string_view point);
+/// run frees or reuses, and RuntimeError `failed_id` (the kind's, "aoti.point.keep_failed")
+/// names `point`.
+void keep_valid(Shown& shown, at::TensorList xs, c10::string_view point, const char* failed_id);
 
 /// Runs `hooks` on the aliases in `shown`, then `keep_valid`: also when a hook throws, since it
 /// may have kept what it was shown before it did.
 template <class Hooks>
-void run_keeping_valid(Shown& shown, at::TensorList xs, c10::string_view point, Hooks&& hooks) {
+void run_keeping_valid(Shown& shown, at::TensorList xs, c10::string_view point,
+                       const char* failed_id, Hooks&& hooks) {
   try {
     hooks();
   } catch (...) {
-    keep_valid(shown, xs, point);
+    keep_valid(shown, xs, point, failed_id);
     throw;
   }
-  keep_valid(shown, xs, point);
+  keep_valid(shown, xs, point, failed_id);
 }
 
 }  // namespace detail

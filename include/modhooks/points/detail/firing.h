@@ -1,0 +1,266 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/string_view.h>
+
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "modhooks/dispatch/detail/dispatch.h"
+#include "modhooks/dispatch/detail/global.h"
+#include "modhooks/points/detail/replacement.h"
+#include "modhooks/points/detail/shown.h"
+#include "modhooks/version.h"
+
+// The firing of the hook points of a compiled program, for every kind whose forward runs as a
+// compiled graph (an AOTInductor package, an ExecuTorch program): each point runs the one hook
+// sequence (`Dispatch`) in two halves, `enter` at its input point and `exit` at its output point,
+// from the kernel of the point's operator on the thread that runs the program. A kind supplies
+// its program type `Program`:
+//
+//   using PointType = ...;                       // its point class (a PointInfo)
+//   static constexpr PointErrorIds ids{...};     // the ids of its points' errors
+//   const PointType* find(std::string_view name) const;
+//   std::size_t runners;                          // runs it serves at once
+//   [[noreturn]] void refuse_reentrant_run() const;       // a hook ran it with no runner free
+//   [[noreturn]] void fail_run(const std::exception& e) const;  // the run failed, no hook threw
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace detail {
+
+/// How a hook point shows itself to the hook sequence (see `Dispatch`): the tensors the program
+/// holds at the point, as aliases that stay valid where a hook keeps them; a replacement must
+/// match what the compiled kernels after the point expect.
+template <class P>
+class PointCall {
+ public:
+  /// `ids`: the kind's ids of the errors of a replacement.
+  PointCall(const P& point, const PointErrorIds& ids) : point_(point), ids_(ids) {}
+
+  const HookArgs& args() const noexcept { return args_; }
+  void replace_args(HookArgs&& args) { args_ = std::move(args); }
+  void accept_args() {
+    replaced_ =
+        replacement(point_.name(), ids_, "args", c10::ivalue::Tuple::create(args_), graph_, false);
+  }
+  const HookArgs& forward_args() const noexcept { return args_; }
+  ShownValue& output() noexcept { return output_; }
+  void accept_output() {
+    replaced_ =
+        replacement(point_.name(), ids_, "output", output_.get(), graph_, point_.single_output());
+  }
+
+  /// Shows `shown` (aliases of the program's tensors `graph`) as the args.
+  void show_args(const Shown& shown, at::TensorList graph) {
+    graph_ = graph;
+    args_.assign(shown.begin(), shown.end());
+  }
+  /// Shows `shown` (aliases of `graph`) as the output: a tensor, or a tuple of them.
+  void show_output(const Shown& shown, at::TensorList graph) {
+    graph_ = graph;
+    if (point_.single_output()) {
+      output_.borrow(shown[0]);
+    } else {
+      output_.replace(
+          c10::ivalue::Tuple::create(std::vector<c10::IValue>(shown.begin(), shown.end())));
+    }
+  }
+  /// What forward hooks and always-call hooks see as args from now on: the program may reuse
+  /// the buffers of the point's inputs before its output point, so they get copies.
+  void keep_args(at::TensorList inputs) {
+    args_.clear();
+    for (const auto& t : inputs) args_.emplace_back(t.clone());
+  }
+  /// Lets go of what was shown, so that `keep_valid` finds the aliases no hook kept unshared.
+  void hide() {
+    output_.replace(c10::IValue());
+    graph_ = {};
+  }
+  void hide_args() { args_.clear(); }
+
+  /// The tensors a hook's replacement put in place of the program's; null where none did.
+  const std::vector<at::Tensor>* replaced() const noexcept {
+    return replaced_ ? &*replaced_ : nullptr;
+  }
+  void clear_replaced() noexcept { replaced_.reset(); }
+
+ private:
+  const P& point_;
+  const PointErrorIds& ids_;
+  at::TensorList graph_;
+  HookArgs args_;
+  ShownValue output_;
+  std::optional<std::vector<at::Tensor>> replaced_;
+};
+
+/// The firing of `Program`'s points on this thread (see the top of this header).
+template <class Program>
+class Points {
+  using P = typename Program::PointType;
+  struct Run;
+  struct PointRun;
+
+ public:
+  /// One run of a program on this thread: while it lives, the point operators' kernels serve
+  /// `program`'s points. Refuses a run where every runner of `program` already serves a run on
+  /// this thread (a hook running its own program), which would wait forever.
+  class RunScope {
+   public:
+    explicit RunScope(Program& program) {
+      std::size_t serving = 0;
+      for (const Run* r = current_; r != nullptr; r = r->outer) {
+        serving += r->program == &program ? 1 : 0;
+      }
+      if (serving >= program.runners) program.refuse_reentrant_run();
+      run_ = std::make_unique<Run>(Run{&program, current_, nullptr, {}});
+      current_ = run_.get();
+    }
+    ~RunScope() { current_ = run_->outer; }
+    RunScope(const RunScope&) = delete;
+    RunScope& operator=(const RunScope&) = delete;
+
+    /// The program's run threw `e`: the always-call forward hooks of the points it had entered
+    /// and not left run, innermost first, as Python's `_call_impl` of each enclosing module runs
+    /// them; then what a hook threw is rethrown as itself, anything else goes to
+    /// `Program::fail_run`.
+    [[noreturn]] void fail(const std::exception& e) {
+      while (!run_->open.empty()) {
+        auto [point, open] = std::move(run_->open.back());
+        run_->open.pop_back();
+        open->dispatch.failed(*point, open->call);
+      }
+      if (run_->error) std::rethrow_exception(run_->error);
+      run_->program->fail_run(e);
+    }
+
+    /// What a hook threw in this run (where a kernel could not let it pass), or null.
+    const std::exception_ptr& error() const noexcept { return run_->error; }
+
+   private:
+    std::unique_ptr<Run> run_;
+  };
+
+  /// The first half of a point's call (`Dispatch::enter`), at its input point: pre-hooks on
+  /// `copies`, the copies of its inputs that the module reads, so that what they edit or replace
+  /// reaches the module and no one else. A call whose point has forward hooks stays open until
+  /// its output point. What throws is recorded in the run, then rethrown.
+  static void fire_input(c10::string_view name, at::TensorList copies) {
+    Run* run = current_;
+    const P* point = point_of(name, run);
+    if (!point || !has_hooks(*point)) return;
+    recording_errors(run, [&] {
+      auto open = std::make_unique<PointRun>(*point);
+      Call& call = open->call;
+      Shown shown = shown_aliases(copies);
+      run_keeping_valid(shown, copies, point->name(), ids().keep_failed, [&] {
+        call.show_args(shown, copies);
+        open->dispatch.enter(*point, call);
+        call.hide_args();
+      });
+      write_replacement(copies, call.replaced());
+      call.clear_replaced();
+      if (open->dispatch.has_forward_hooks()) {
+        call.keep_args(copies);
+        run->open.emplace_back(point, std::move(open));
+      }
+    });
+  }
+
+  /// The second half of a point's call (`Dispatch::exit`), at its output point. Hooks are shown
+  /// `targets`, the tensors the program reads as the module's output after the point: what they
+  /// write into them, in place or as a replacement, is the module's output, as in eager.
+  static void fire_output(c10::string_view name, at::TensorList targets) {
+    Run* run = current_;
+    const P* point = point_of(name, run);
+    std::unique_ptr<PointRun> open = point ? take_open(*run, *point) : nullptr;
+    if (!open && (!point || !has_hooks(*point))) return;
+    recording_errors(run, [&] {
+      std::optional<PointRun> unopened;  // no input point, or one whose call had no hooks
+      PointRun& call = open ? *open : unopened.emplace(*point);
+      Shown shown = shown_aliases(targets);
+      run_keeping_valid(shown, targets, point->name(), ids().keep_failed, [&] {
+        call.call.show_output(shown, targets);
+        call.dispatch.exit(*point, call.call);
+        call.call.hide();
+      });
+      write_replacement(targets, call.call.replaced());
+    });
+  }
+
+ private:
+  static constexpr const PointErrorIds& ids() { return Program::ids; }
+  using Call = PointCall<P>;
+
+  /// One call of a point: its hooks' snapshots, taken at its input point (where it has one) and
+  /// kept open until its output point.
+  struct PointRun {
+    explicit PointRun(const P& point)
+        : dispatch(global_point_hooks(), hooks_for(point).get()), call(point, ids()) {}
+    Dispatch<const P> dispatch;
+    Call call;
+  };
+
+  /// One run on this thread: which program the kernels serve, what a hook threw, and the points
+  /// entered at their input point and not left yet, innermost last.
+  struct Run {
+    Program* program;
+    Run* outer;  // a run started by a hook of another run
+    std::exception_ptr error;
+    std::vector<std::pair<const P*, std::unique_ptr<PointRun>>> open;
+  };
+
+  static const ModuleHooks<const P>* global_point_hooks() {
+    return global_hooks_active<const P>().load(std::memory_order_relaxed) != 0
+               ? global_hooks<const P>().get()
+               : nullptr;
+  }
+
+  static bool has_hooks(const P& point) {
+    return !hooks_for(point)->empty() ||
+           global_hooks_active<const P>().load(std::memory_order_relaxed) != 0;
+  }
+
+  /// The point `name` of the program this thread runs; null outside a run.
+  static const P* point_of(c10::string_view name, const Run* run) {
+    return run ? run->program->find(std::string_view(name.data(), name.size())) : nullptr;
+  }
+
+  /// The call `point` entered at its input point, taken out of the open ones; null where none.
+  static std::unique_ptr<PointRun> take_open(Run& run, const P& point) {
+    for (auto it = run.open.rbegin(); it != run.open.rend(); ++it) {
+      if (it->first == &point) {
+        std::unique_ptr<PointRun> open = std::move(it->second);
+        run.open.erase(std::next(it).base());
+        return open;
+      }
+    }
+    return nullptr;
+  }
+
+  /// Runs `body` and records what it throws in the run, so that the program's run rethrows that
+  /// rather than the text the program's runtime turns it into.
+  template <class F>
+  static void recording_errors(Run* run, F&& body) {
+    try {
+      body();
+    } catch (...) {
+      if (run && !run->error) run->error = std::current_exception();
+      throw;
+    }
+  }
+
+  static inline thread_local Run* current_ = nullptr;
+};
+
+}  // namespace detail
+MODHOOKS_END_NAMESPACE
