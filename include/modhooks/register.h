@@ -163,7 +163,8 @@ constexpr bool reaches_forward_only_kind(KindList<K...> /*kinds*/) {
 
 /// Adds a global hook to the table of every kind it reaches (see `reaches_kind`): nn,
 /// TorchScript or both as its callable takes `torch::nn::Module&`, `torch::jit::Module&` or
-/// either (`auto&`); points for a hook taking `const aoti::Point&`. One id, one handle.
+/// either (`auto&`); points for a hook taking `const aoti::Point&` or
+/// `const executorch::Point&`. One id, one handle.
 template <class Ret, class... A, class F, class Select, class Entry>
 RemovableHandle add_global_hook(F hook, Select select, Entry entry, bool prepend) {
   static_assert(reaches_any_kind<F, A...>(Kinds{}),

@@ -82,3 +82,38 @@ def input_point(xs: list[Tensor], outs: list[Tensor], token: Tensor, name: str) 
 @input_point.register_fake
 def _(xs, outs, token, name):
     return None
+
+
+# The hook-point operator of ExecuTorch programs (``export(..., backend="executorch")``). ExecuTorch
+# runs out-variant operators on memory its planner lays out ahead of time, so a point is a
+# functional operator that returns new tensors, which the module's callers then use:
+#
+# - ``modhooks::point(Tensor[] xs, str name, bool inputs) -> Tensor[]``, a copy of ``xs`` at the
+#   inputs (``inputs`` true) or the output of module ``name``;
+# - ``modhooks::point.out(..., *, Tensor(a!)[] out) -> ()``, the form ``to_executorch`` puts in
+#   the program, which the C++ runtime (component ``executorch``) implements: it copies ``xs``
+#   into the planned ``out`` and calls the hooks on ``out``.
+#
+# Every point writes tensors of its own, so no hook can write into an input, a parameter or a
+# view, whatever the module returned. The copies are contiguous: ExecuTorch's tensors are.
+_executorch_lib = torch.library.Library("modhooks", "FRAGMENT")
+_executorch_lib.define("point(Tensor[] xs, str name, bool inputs) -> Tensor[]")
+_executorch_lib.define("point.out(Tensor[] xs, str name, bool inputs, *, Tensor(a!)[] out) -> ()")
+
+
+def _point(xs: list[Tensor], name: str, inputs: bool) -> list[Tensor]:
+    return [x.clone(memory_format=torch.contiguous_format) for x in xs]
+
+
+def _point_out(xs: list[Tensor], name: str, inputs: bool, *, out: list[Tensor]) -> None:
+    for o, x in zip(out, xs):
+        o.copy_(x)
+
+
+_executorch_lib.impl("point", _point, "CompositeExplicitAutograd")
+_executorch_lib.impl("point.out", _point_out, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("modhooks::point")
+def _(xs, name, inputs):
+    return [torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in xs]

@@ -5,7 +5,9 @@
 chosen submodules put a hook-point operator on each one's output (and, for ``inputs``, a
 forward pre-hook on its inputs); ``aoti_compile_and_package`` compiles the program with
 AOTInductor and writes the point table into the package's metadata, where the C++ runtime
-(``modhooks::aoti::Model``) reads it.
+(``modhooks::aoti::Model``) reads it. With ``backend="executorch"`` the points take the form
+ExecuTorch runs, and ``to_executorch`` writes a ``.pte`` that ``modhooks::executorch::Program``
+runs.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from torch.utils import _pytree as pytree
 
 from . import ABI, _ops
 
-# Metadata keys of a package; the C++ runtime reads the same ones (src/aoti/model.cpp).
+# Metadata keys of a package; the C++ runtime reads the same ones (src/aoti/package.cpp).
 ABI_KEY = "modhooks.abi"
 POINTS_KEY = "modhooks.points"
+# The constant methods of an ExecuTorch program that hold the same (src/executorch/program.cpp).
+EXECUTORCH_ABI_METHOD = "modhooks_abi"
+EXECUTORCH_POINTS_METHOD = "modhooks_points"
+BACKENDS = ("aoti", "executorch")
 
 Selector = Iterable[str] | Callable[[str, torch.nn.Module], bool] | None
 
@@ -55,8 +61,9 @@ def _own_tensors(model: torch.nn.Module) -> set[int]:
 class _Placer:
     """The hooks that put the points while the model is traced, and what they saw."""
 
-    def __init__(self, model: torch.nn.Module, strict: bool):
+    def __init__(self, model: torch.nn.Module, strict: bool, backend: str):
         self.model = model
+        self.backend = backend
         # Strict export traces the hooks with the real tensors' identities; non-strict export
         # swaps fake tensors into the model while it traces, so a point looks at what the model
         # holds then (see `owned`).
@@ -99,6 +106,8 @@ class _Placer:
             self.entry(name, module)["inputs"] = True
             if self.recording:
                 return None
+            if self.backend == "executorch":
+                return self._functional(name, True, leaves, spec, at)
             owned = self.owned()
             return self._copying(torch.ops.modhooks.input_point, name, leaves, spec, at, owned)
 
@@ -116,6 +125,8 @@ class _Placer:
             entry["single"] = isinstance(output, torch.Tensor)
             if self.recording:
                 return None
+            if self.backend == "executorch":
+                return self._functional(name, False, leaves, spec, at)
             tensors = [leaves[i] for i in at]
             owned = self.owned()
             if (all(self._fresh(t, opened, owned) for t in tensors)
@@ -139,6 +150,14 @@ class _Placer:
         return pytree.tree_unflatten(leaves, spec)
 
     @staticmethod
+    def _functional(name: str, inputs: bool, leaves: list, spec, at: list[int]):
+        """ExecuTorch's point on the tensors `leaves[at]`: the structure rebuilt with the new
+        tensors the operator returns."""
+        for i, c in zip(at, torch.ops.modhooks.point([leaves[i] for i in at], name, inputs)):
+            leaves[i] = c
+        return pytree.tree_unflatten(leaves, spec)
+
+    @staticmethod
     def _fresh(t: torch.Tensor, inputs: set[int], owned: set[int]) -> bool:
         """Whether writing into `t` changes nothing but the module's output: not one of the
         call's inputs, not a parameter, buffer or constant, not a view of another tensor."""
@@ -153,17 +172,22 @@ def export(
     inputs: Selector = None,
     dynamic_shapes: Any = None,
     strict: bool = False,
+    backend: str = "aoti",
 ) -> torch.export.ExportedProgram:
     """``torch.export.export`` with a hook point on the output of every chosen submodule.
 
     ``points``: module paths as ``named_modules()`` names them, or a predicate
     ``(name, module) -> bool``; by default every submodule (the root, ``""``, only when named).
     ``inputs``: modules whose inputs are points too, where pre-hooks run and which forward hooks
-    see as ``args``. Traced under ``torch.no_grad()``: AOTInductor packages are for inference.
+    see as ``args``. Traced under ``torch.no_grad()``: AOTInductor packages and ExecuTorch
+    programs are for inference. ``backend``: ``"aoti"`` for ``aoti_compile_and_package``,
+    ``"executorch"`` for ``to_executorch``.
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"modhooks.export: backend {backend!r} is not one of {BACKENDS}")
     outputs = _chosen(model, points, default_all=True)
     at_inputs = _chosen(model, inputs, default_all=False)
-    placer = _Placer(model, strict)
+    placer = _Placer(model, strict, backend)
     handles = []
     try:
         for name, module in at_inputs.items():
@@ -233,15 +257,31 @@ def _is_view(target) -> bool:
 def _in_graph_order(ep: torch.export.ExportedProgram, table: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The points the graph holds, in the order its nodes call them (a name traced twice, or a
     point an export pass dropped, is listed as the graph has it)."""
-    ops = {torch.ops.modhooks.output_point_.default, torch.ops.modhooks.output_point.default,
-           torch.ops.modhooks.input_point.default}
     order: list[str] = []
-    for node in ep.graph.nodes:
-        if node.op == "call_function" and node.target in ops:
-            name = node.args[-1]
-            if name not in order:
-                order.append(name)
+    for name in _point_calls(ep.graph):
+        if name not in order:
+            order.append(name)
     return [table[n] for n in order if n in table]
+
+
+def _point_calls(graph: torch.fx.Graph) -> list[str]:
+    """The point names of `graph`'s point operators (either backend's), in node order."""
+    aoti = {torch.ops.modhooks.output_point_.default, torch.ops.modhooks.output_point.default,
+            torch.ops.modhooks.input_point.default}
+    names = []
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target in aoti:
+            names.append(node.args[-1])
+        elif _is_executorch_point(node.target):
+            names.append(node.args[1])
+    return names
+
+
+def _is_executorch_point(target) -> bool:
+    """Whether `target` is ExecuTorch's point operator, as export or an edge program holds it."""
+    return getattr(target, "_schema", None) is not None and target._schema.name == "modhooks::point"
 
 
 def point_table(ep: torch.export.ExportedProgram) -> list[dict[str, Any]]:
@@ -258,6 +298,9 @@ def aoti_compile_and_package(
     """``torch._inductor.aoti_compile_and_package``, with the point table and the modhooks ABI
     in the package's metadata (``aot_inductor.metadata``). A program exported without points
     compiles too: its package lists none."""
+    if _backend_of(ep) == "executorch":
+        raise ValueError("modhooks.aoti_compile_and_package: this program was exported with "
+                         "backend='executorch'; export it with backend='aoti' (the default)")
     configs = dict(inductor_configs or {})
     metadata = dict(configs.get("aot_inductor.metadata", {}))
     metadata[ABI_KEY] = ABI
@@ -266,3 +309,49 @@ def aoti_compile_and_package(
     return torch._inductor.aoti_compile_and_package(
         ep, package_path=package_path, inductor_configs=configs
     )
+
+
+def _backend_of(ep: torch.export.ExportedProgram) -> str | None:
+    """The backend whose points `ep` holds; None where it has none."""
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and _is_executorch_point(node.target):
+            return "executorch"
+    return "aoti" if _point_calls(ep.graph) else None
+
+
+def to_executorch(
+    ep: torch.export.ExportedProgram,
+    path: str,
+    partitioners: list | None = None,
+) -> str:
+    """Lowers a program made by ``export(..., backend="executorch")`` with ExecuTorch's
+    ``to_edge_transform_and_lower`` (``partitioners``, e.g. ``[XnnpackPartitioner()]``, delegate
+    what they take) and ``to_executorch``, and writes the ``.pte`` to ``path`` with the point
+    table and the modhooks ABI as the program's constant methods ``modhooks_points`` and
+    ``modhooks_abi``. A point is never delegated (no backend takes its operator), so it splits a
+    partition; where a partitioner swallowed one anyway this raises ``RuntimeError`` naming it,
+    rather than writing a program where it would never fire. Returns ``path``."""
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    if _backend_of(ep) == "aoti":
+        raise ValueError("modhooks.to_executorch: this program was exported with backend='aoti'; "
+                         "export it with backend='executorch'")
+    table = point_table(ep)
+    edge = to_edge_transform_and_lower(
+        ep,
+        partitioner=list(partitioners or []),
+        # A point is not an operator of ExecuTorch's core set.
+        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        constant_methods={EXECUTORCH_ABI_METHOD: ABI,
+                          EXECUTORCH_POINTS_METHOD: json.dumps(table, separators=(",", ":"))},
+    )
+    kept = set(_point_calls(edge.exported_program().graph))
+    lost = [p["name"] for p in table if p["name"] not in kept]
+    if lost:
+        raise RuntimeError(f"modhooks.to_executorch: the points {lost} are inside a delegated "
+                           "partition, where they could not fire; export without them or "
+                           "partition without that backend")
+    program = edge.to_executorch()
+    with open(path, "wb") as f:
+        f.write(program.buffer)
+    return path

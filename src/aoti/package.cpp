@@ -6,11 +6,11 @@
 
 #include <exception>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "modhooks/core/error.h"
 #include "modhooks/dispatch/detail/global_tables.h"
+#include "modhooks/points/detail/table.h"
 
 // The global tables of this kind (global_tables.h).
 template struct modhooks::detail::GlobalHooksActive<const modhooks::aoti::Point>;
@@ -40,12 +40,6 @@ constexpr const char* kAbiKey = "modhooks.abi";
 constexpr const char* kPointsKey = "modhooks.points";
 /// The key AOTInductor writes the device a package was compiled for under ("cpu", "cuda").
 constexpr const char* kDeviceKey = "AOTI_DEVICE_KEY";
-
-/// The hook-point protocol's version: the library's ABI, major.minor while the major version
-/// is 0, as the ABI namespace and the soname are.
-std::string library_abi() {
-  return std::to_string(MODHOOKS_VERSION_MAJOR) + "." + std::to_string(MODHOOKS_VERSION_MINOR);
-}
 
 bool zip_file(const std::string& path, bool& exists) {
   std::ifstream file(path, std::ios::binary);
@@ -102,11 +96,7 @@ void AotiModel::fail_unloadable(const std::exception& e) const {
 
 void AotiModel::check_abi(const std::unordered_map<std::string, std::string>& metadata) const {
   auto abi = metadata.find(kAbiKey);
-  if (abi == metadata.end() || abi->second == library_abi()) return;
-  fail<RuntimeError>("aoti.package.abi_mismatch",
-                     "modhooks: " + path + " was exported for the modhooks ABI " + abi->second +
-                         "; this library is " + library_abi() +
-                         ": export it again with the matching modhooks Python package");
+  if (abi != metadata.end()) check_point_abi(abi->second, path, "aoti.package.abi_mismatch");
 }
 
 void AotiModel::check_device(const std::unordered_map<std::string, std::string>& metadata) const {
@@ -123,19 +113,13 @@ void AotiModel::check_device(const std::unordered_map<std::string, std::string>&
 void AotiModel::read_points(const std::unordered_map<std::string, std::string>& metadata) {
   if (metadata.find(kAbiKey) == metadata.end()) return;  // compiled without modhooks' points
   auto table = metadata.find(kPointsKey);
-  nlohmann::json parsed;
-  try {
-    parsed = nlohmann::json::parse(table == metadata.end() ? std::string("[]") : table->second);
-    for (const auto& entry : parsed) {
-      auto point = std::make_unique<aoti::Point>(
-          entry.at("name").get<std::string>(), entry.value("type", std::string()),
-          entry.value("inputs", false), entry.value("single", true), points.size());
-      names.push_back(point->name());
-      points.push_back(std::move(point));
-    }
-  } catch (const nlohmann::json::exception& e) {
-    fail<FormatError>("aoti.package.bad_points",
-                      "modhooks: the point table of " + path + " cannot be read: " + e.what());
+  for (PointEntry& entry : parse_point_table(
+           table == metadata.end() ? std::string("[]") : table->second, path,
+           "aoti.package.bad_points")) {
+    auto point = std::make_unique<aoti::Point>(std::move(entry.name), std::move(entry.type_name),
+                                               entry.inputs, entry.single, points.size());
+    names.push_back(point->name());
+    points.push_back(std::move(point));
   }
   for (const auto& p : points) by_name_.emplace(p->name(), p.get());
 }

@@ -149,12 +149,18 @@ def write_case(folder: pathlib.Path, case: str, model, inputs, points=None, inpu
     model.eval()
     ep = mhx.export(model, tuple(inputs), points=points, inputs=inputs_at,
                     dynamic_shapes=dynamic_shapes, strict=strict)
-    table = mhx.point_table(ep)
     mhx.aoti_compile_and_package(ep, package_path=str(folder / f"{case}.pt2"))
     if plain:
         with torch.no_grad():
             plain_ep = torch.export.export(model, tuple(inputs), dynamic_shapes=dynamic_shapes)
         torch._inductor.aoti_compile_and_package(plain_ep, package_path=str(folder / f"{case}.plain.pt2"))
+    record_case(folder, case, model, inputs, mhx.point_table(ep), replace, plain, extra_inputs)
+
+
+def record_case(folder: pathlib.Path, case: str, model, inputs, table, replace, plain,
+                extra_inputs=()) -> None:
+    """Writes <case>.json and <case>.safetensors: what eager's hooks on the points of `table` see
+    and return, on `inputs` and each of `extra_inputs` (see the top of this file)."""
     names = [p["name"] for p in table if p["outputs"]]
     input_names = [p["name"] for p in table if p["inputs"]]
     record = {}
@@ -180,7 +186,7 @@ def write_case(folder: pathlib.Path, case: str, model, inputs, points=None, inpu
     save_file({k: v.contiguous() for k, v in record.items()}, str(folder / f"{case}.safetensors"))
     (folder / f"{case}.json").write_text(json.dumps(
         {"points": table, "runs": runs, "replace": replace, "plain": plain}, indent=1))
-    print(f"aoti_packages: {case}: {len(table)} points", flush=True)
+    print(f"{folder.name}: {case}: {len(table)} points", flush=True)
 
 
 def build(folder: pathlib.Path) -> None:

@@ -150,6 +150,20 @@ class Points {
     std::unique_ptr<Run> run_;
   };
 
+  /// Whether point `name` has nothing to do on this thread now: no run of a program that has
+  /// it, or no hooks on it and no call open. A kernel tests this before it makes tensors over
+  /// the program's memory.
+  static bool idle(c10::string_view name) {
+    const Run* run = current_;
+    const P* point = point_of(name, run);
+    return !point || (run->open.empty() && !has_hooks(*point));
+  }
+
+  /// Records `error` as what ended this thread's run, where no hook's error came first.
+  static void record_error(std::exception_ptr error) {
+    if (current_ && !current_->error) current_->error = std::move(error);
+  }
+
   /// The first half of a point's call (`Dispatch::enter`), at its input point: pre-hooks on
   /// `copies`, the copies of its inputs that the module reads, so that what they edit or replace
   /// reaches the module and no one else. A call whose point has forward hooks stays open until
