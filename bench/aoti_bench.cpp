@@ -5,65 +5,24 @@
 // of a firing). bench/aoti_bench.py writes the packages into $MODHOOKS_BENCH_DIR.
 #include <benchmark/benchmark.h>
 
-#include <cstdlib>
 #include <string>
-#include <vector>
 
 #include "modhooks/aoti.h"
-#include "paired.h"
+#include "point_bench.h"
 
 namespace {
 
-std::string bench_dir() {
-  const char* dir = std::getenv("MODHOOKS_BENCH_DIR");
-  return dir ? dir : ".";
-}
-
-std::vector<at::Tensor> inputs(const std::string& name) {
-  std::vector<at::Tensor> xs;
-  const auto loaded = modhooks::load_object(bench_dir() + "/" + name + ".inputs.pt");
-  for (const auto& v : loaded.toListRef()) xs.push_back(v.toTensor());
-  return xs;
-}
+using modhooks::aoti::Model;
 
 /// `tag`'s package beside the plain one, neither hooked.
 void with_points(benchmark::State& state, const std::string& name, const std::string& tag) {
-  modhooks::aoti::Model plain(bench_dir() + "/" + name + ".plain.pt2");
-  modhooks::aoti::Model points(bench_dir() + "/" + name + "." + tag + ".pt2");
-  const auto xs = inputs(name);
-  plain.run(xs);  // an untimed run of each first: cache state would decide the first timing
-  points.run(xs);
-  modhooks_bench::paired(
-      state, 1, [&] { benchmark::DoNotOptimize(plain.run(xs)); },
-      [&] { benchmark::DoNotOptimize(points.run(xs)); });
-  state.counters["points"] = static_cast<double>(points.points().size());
+  modhooks_bench::with_points<Model>(state, name, name + ".plain.pt2", name + "." + tag + ".pt2");
 }
 
-/// One package with a no-op forward hook on every point (and with `pre`, a no-op pre-hook on
-/// every point that has inputs) against itself without hooks: the cost of a firing is the
-/// difference over the number of points.
+/// `tag`'s package with no-op hooks beside itself without.
 void noop_hooks(benchmark::State& state, const std::string& name, const std::string& tag,
                 bool pre = false) {
-  modhooks::aoti::Model bare(bench_dir() + "/" + name + "." + tag + ".pt2");
-  modhooks::aoti::Model hooked(bench_dir() + "/" + name + "." + tag + ".pt2");
-  std::vector<modhooks::RemovableHandle> handles;
-  for (const auto& p : hooked.points()) {
-    handles.push_back(modhooks::register_forward_hook(
-        hooked.point(p),
-        [](const modhooks::aoti::Point&, const std::vector<c10::IValue>&, const c10::IValue&) {}));
-    if (pre && hooked.point(p).has_inputs()) {
-      handles.push_back(modhooks::register_forward_pre_hook(
-          hooked.point(p), [](const modhooks::aoti::Point&, const std::vector<c10::IValue>&) {}));
-    }
-  }
-  const auto xs = inputs(name);
-  bare.run(xs);
-  hooked.run(xs);
-  modhooks_bench::paired(
-      state, 1, [&] { benchmark::DoNotOptimize(bare.run(xs)); },
-      [&] { benchmark::DoNotOptimize(hooked.run(xs)); });
-  const double firings = static_cast<double>(hooked.points().size());
-  state.counters["firing_ns"] = state.counters["added_us"] * 1000 / firings;
+  modhooks_bench::noop_hooks<Model>(state, name, name + "." + tag + ".pt2", pre);
 }
 
 void BM_Resnet18BlockPointsNoHooks(benchmark::State& s) { with_points(s, "resnet18", "blocks"); }

@@ -9,8 +9,9 @@
 #     ship them)
 #   - .venv/: the pinned PyPI torch, whose libtorch is the default build target and whose Python
 #     is the oracle of the differential tests, plus safetensors and numpy, torchvision and
-#     transformers (models nobody here wrote, for the export tests), and modhooks' own Python
-#     package (python/, the export side of hook points)
+#     transformers (models nobody here wrote, for the export tests), executorch (its Python
+#     side lowers programs, its C++ runtime is what modhooks::executorch builds against), and
+#     modhooks' own Python package (python/, the export side of hook points)
 # Source it to get MODHOOKS_TORCH_PREFIX, MODHOOKS_PYTHON and the ccache settings; sourced, it
 # also leaves `set -euo pipefail` on in the caller (.ci/run relies on that).
 set -euo pipefail
@@ -18,6 +19,7 @@ MODHOOKS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODHOOKS_TORCH_VERSION=2.15.0
 MODHOOKS_TORCHVISION_VERSION=0.29.2
 MODHOOKS_TRANSFORMERS_VERSION=5.24.0
+MODHOOKS_EXECUTORCH_VERSION=1.5.1
 
 packages=(build-essential cmake ninja-build ccache libfmt-dev googletest libgtest-dev
   libbenchmark-dev nlohmann-json3-dev libdeflate-dev libtorch-dev python3-venv clang clang-format
@@ -44,6 +46,11 @@ if ! "$venv/bin/python" -c "import torchvision, transformers; assert torchvision
   "$venv/bin/pip" install -q --disable-pip-version-check "torch==$MODHOOKS_TORCH_VERSION" \
     "torchvision==$MODHOOKS_TORCHVISION_VERSION" "transformers==$MODHOOKS_TRANSFORMERS_VERSION"
 fi
+if ! "$venv/bin/python" -c "import executorch.version as v; assert v.__version__.startswith('$MODHOOKS_EXECUTORCH_VERSION')" 2>/dev/null; then
+  echo "setup: installing executorch into .venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "torch==$MODHOOKS_TORCH_VERSION" \
+    "executorch==$MODHOOKS_EXECUTORCH_VERSION"
+fi
 # The tests import python/ from the checkout itself; the installed copy is what users get.
 if ! "$venv/bin/python" -c "import modhooks, sys; sys.exit(modhooks.__version__ != '$(sed -n 's/^version = "\(.*\)"/\1/p' "$MODHOOKS_ROOT/python/pyproject.toml")')" 2>/dev/null; then
   echo "setup: installing modhooks' Python package (python/) into .venv"
@@ -68,8 +75,9 @@ modhooks_configure() {
 # What every benchmark run needs: the Release build's benchmarks, one intra-op thread, and the
 # files they read and write in its bench/ folder: MODHOOKS_BENCH_CHECKPOINT, the 512 MiB
 # torch.save file python_state_bench.py writes for state_bench, and MODHOOKS_BENCH_DIR, where
-# model_io_bench writes its 1 GiB checkpoints and aoti_bench.py the packages aoti_bench times
-# (exported and compiled here, a few minutes, where the aoti component is built).
+# model_io_bench writes its 1 GiB checkpoints, aoti_bench.py the packages aoti_bench times and
+# executorch_bench.py the programs executorch_bench times (exported and compiled here, a few
+# minutes, where those components are built).
 modhooks_bench_prepare() {
   modhooks_configure
   cmake --build "$build" -j "$MODHOOKS_JOBS" --target modhooks_benchmarks
@@ -79,5 +87,9 @@ modhooks_bench_prepare() {
   if [[ -x "$build/bench/aoti_bench" ]]; then
     PYTHONPATH="$MODHOOKS_ROOT/python" "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/bench/aoti_bench.py" \
       "$MODHOOKS_BENCH_DIR"
+  fi
+  if [[ -x "$build/bench/executorch_bench" ]]; then
+    PYTHONPATH="$MODHOOKS_ROOT/python" "$MODHOOKS_PYTHON" \
+      "$MODHOOKS_ROOT/bench/executorch_bench.py" "$MODHOOKS_BENCH_DIR"
   fi
 }

@@ -565,6 +565,28 @@ TYPED_TEST_P(Points, HooksRunsFromSeveralThreadsFireTheirOwnModelsHooks) {
   EXPECT_EQ(other_fired.load(), 50);
 }
 
+// A hook that runs another program (hooked too) and then replaces its own point's output: the
+// nested run fires its own points and gives eager's outputs, and the replacement reaches the
+// outer run as in eager.
+TYPED_TEST_P(Points, HooksAHookThatRunsAnotherProgramThenReplaces) {
+  MODHOOKS_POINT_TYPES;
+  Case<TypeParam> c("branchy");
+  Net outer(c.path);
+  Net inner(c.path);
+  std::vector<Firing> inner_log;
+  auto inner_handles = record_all(inner, inner_log);
+  std::vector<at::Tensor> nested;
+  auto h = modhooks::register_forward_hook(
+      outer.point(c.info["replace"].template get<std::string>()),
+      [&](const Point& p, const std::vector<c10::IValue>&, const c10::IValue& out) {
+        nested = inner.run(c.inputs());
+        return scaled(p, out, 2);
+      });
+  expect_close(outer.run(c.inputs()), c.outputs("replaced"), "the outer run");
+  expect_close(nested, c.outputs(), "the nested run");
+  EXPECT_EQ(inner_log.size(), c.order().size());
+}
+
 TYPED_TEST_P(Points, ErrorsWrongReplacementNamesThePointAndTheModelStaysUsable) {
   MODHOOKS_POINT_TYPES;
   Case<TypeParam> c("branchy");
@@ -758,6 +780,7 @@ REGISTER_TYPED_TEST_SUITE_P(
     ErrorsWrongReplacementNamesThePointAndTheModelStaysUsable,
     KeepACopyThatFailsHalfWayLeavesNoKeptTensorOverTheModelsMemory,
     ErrorsHookThatThrowsEndsTheRunWithItsExceptionAndTheNextRunWorks,
-    ErrorsAHookThatRunsItsOwnProgramWithNoRunnerFreeRaises, ErrorsAMovedFromProgramIsAnError);
+    ErrorsAHookThatRunsItsOwnProgramWithNoRunnerFreeRaises, ErrorsAMovedFromProgramIsAnError,
+    HooksAHookThatRunsAnotherProgramThenReplaces);
 
 }  // namespace point_tests

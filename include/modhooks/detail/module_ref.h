@@ -19,12 +19,13 @@ namespace detail {
 
 /// Every kind of module, in the order a global hook written for several is added to their tables.
 /// A new kind is its adapter's folder, its identity header included above, and its entry here.
-using Kinds = KindList<torch::nn::Module, torch::jit::Module, const aoti::Point,
-                       const executorch::Point>;
+using Kinds =
+    KindList<torch::nn::Module, torch::jit::Module, const aoti::Point, const executorch::Point>;
 
 /// The module behind every spelling the public functions accept, nn (`Module&`,
 /// `shared_ptr<T>`, holders), TorchScript (`torch::jit::Module`) or a hook point of an exported
-/// model (`aoti::Point`, `executorch::Point`): the one place that sees every adapter's `module_ref` overloads.
+/// model (`aoti::Point`, `executorch::Point`): the one place that sees every adapter's `module_ref`
+/// overloads.
 template <class M>
 using ModuleType = std::remove_reference_t<decltype(module_ref(std::declval<M&>()))>;
 
