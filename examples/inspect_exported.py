@@ -17,17 +17,9 @@ import torchvision
 import modhooks.export as mhx
 
 
-def main() -> None:
-    out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10).eval()
-    x = torch.randn(2, 3, 64, 64)
-    blocks = [n for n, m in model.named_modules() if isinstance(m, torchvision.models.resnet.BasicBlock)]
-
-    ep = mhx.export(model, (x,), points=blocks)
-    mhx.aoti_compile_and_package(ep, package_path=str(out / "resnet18.pt2"))
-
+def eager_record(model: torch.nn.Module, x: torch.Tensor, blocks: list[str]) -> dict:
+    """What Python's eager hooks see on `model`: the input, each block's output mean and standard
+    deviation, the logits, and the logits with `layer3.0`'s output halved by a forward hook."""
     expected = {"input": x}
     modules = dict(model.named_modules())
     handles = []
@@ -45,7 +37,21 @@ def main() -> None:
     with torch.no_grad():
         expected["logits_halved"] = model(x)
     h.remove()
-    torch.save(expected, out / "resnet18_expected.pt")
+    return expected
+
+
+def main() -> None:
+    out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    x = torch.randn(2, 3, 64, 64)
+    blocks = [n for n, m in model.named_modules() if isinstance(m, torchvision.models.resnet.BasicBlock)]
+
+    ep = mhx.export(model, (x,), points=blocks)
+    mhx.aoti_compile_and_package(ep, package_path=str(out / "resnet18.pt2"))
+
+    torch.save(eager_record(model, x, blocks), out / "resnet18_expected.pt")
     print(f"wrote {out / 'resnet18.pt2'} ({len(blocks)} points) and resnet18_expected.pt")
 
 

@@ -4,13 +4,15 @@
 # Python writes here, loaded into a C++ model whose layers have other names; a ResNet that Python
 # traces here, whose inner blocks C++ hooks and checks against Python's eager hooks; and
 # torchvision's resnet18 that Python exports with hook points and compiles with AOTInductor here,
-# whose blocks C++ hooks inside the compiled package, checked against Python's eager hooks; and a
-# weight-normed convolution stack trained in Python, resumed in C++ and resumed again in Python.
+# whose blocks C++ hooks inside the compiled package, checked against Python's eager hooks; the
+# same model as an ExecuTorch program lowered with XNNPACK, hooked inside ExecuTorch's runtime;
+# and a weight-normed convolution stack trained in Python, resumed in C++ and resumed again in
+# Python.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 modhooks_configure
 cmake --build "$build" -j "$MODHOOKS_JOBS" --target train_hooks python_checkpoint inspect_torchscript \
-  inspect_exported weight_norm_resume
+  inspect_exported inspect_executorch weight_norm_resume
 "$build/examples/train_hooks"
 "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/examples/write_checkpoint.py" "$build/examples/python-checkpoint"
 "$build/examples/python_checkpoint" "$build/examples/python-checkpoint"
@@ -19,6 +21,9 @@ cmake --build "$build" -j "$MODHOOKS_JOBS" --target train_hooks python_checkpoin
 PYTHONPATH="$MODHOOKS_ROOT/python" "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/examples/inspect_exported.py" \
   "$build/examples/python-exported"
 "$build/examples/inspect_exported" "$build/examples/python-exported"
+PYTHONPATH="$MODHOOKS_ROOT/python" "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/examples/inspect_executorch.py" \
+  "$build/examples/python-executorch"
+"$build/examples/inspect_executorch" "$build/examples/python-executorch"
 "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/examples/weight_norm_resume.py" start "$build/examples/weight-norm-resume"
 "$build/examples/weight_norm_resume" "$build/examples/weight-norm-resume"
 "$MODHOOKS_PYTHON" "$MODHOOKS_ROOT/examples/weight_norm_resume.py" finish "$build/examples/weight-norm-resume"

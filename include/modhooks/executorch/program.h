@@ -46,6 +46,7 @@ class Program {
   /// call on it but assignment and destruction throws `RuntimeError`
   /// (`executorch.program.moved_from`).
   Program(Program&& other) noexcept;
+  /// Takes `other`'s program, points and hooks; this program's own go.
   Program& operator=(Program&& other) noexcept;
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
