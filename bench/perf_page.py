@@ -6,7 +6,7 @@ builds them and calls this with the build folder.
 
 Every C++ case is timed in alternation with its baseline (bench/paired.h). The call-hook cases
 (`call_bench`) are run in N fresh processes (10 by default) and given as the median over them,
-with the lowest and highest process; `jit_bench` and `aoti_bench` in 5; the others in one process
+with the lowest and highest process; `jit_bench`, `aoti_bench` and `executorch_bench` in 5; the others in one process
 of 5 repetitions. The Python scripts that time Python's side of the same cases follow, as they
 print it. `--filter` keeps the C++ cases whose name matches (for a quick try of the page).
 """
@@ -35,6 +35,10 @@ BENCHES = [
     ("aoti_bench", 5, "AOTInductor points",
      "Packages exported with points (`bench/aoti_bench.py`), against the same model compiled "
      "without points; `firing_ns` is the time added per point that fires."),
+    ("executorch_bench", 5, "ExecuTorch points",
+     "Programs exported with points (`bench/executorch_bench.py`), against the same model "
+     "exported without points, with ExecuTorch's kernels and with XNNPACK; `firing_ns` is the "
+     "time added per point that fires."),
     ("grad_bench", 1, "Gradient hooks (`modhooks::grad`)",
      "The device layer's gradient hooks, against the same operation written by hand."),
     ("nn_utils_bench", 1, "nn utils",

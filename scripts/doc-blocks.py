@@ -17,8 +17,8 @@ steps). A C++ block's `#include`s go to the top of its file; its structs, classe
 namespace aliases and module macros at brace depth 0 stay at namespace scope; every other line
 goes, in order, into a function, after the declarations of its comment. A block that defines
 `main` is a whole program, kept at global scope (at most one a page). Fragments get what their
-page has its reader include: modhooks (with `aoti.h` where that component is built), libtorch's
-C++ API with TorchScript, and a few standard headers.
+page has its reader include: modhooks (with `aoti.h` and `executorch.h` where those components
+are built), libtorch's C++ API with TorchScript, and a few standard headers.
 """
 from __future__ import annotations
 
@@ -101,13 +101,14 @@ def write_cpp(out: pathlib.Path, without: list[str]) -> None:
         name = page.stem if page.parent == ROOT / "docs" else page.stem.lower()
         target = out / f"{name}.cpp"
         # What a fragment's page has its reader include: modhooks, libtorch's C++ API with
-        # TorchScript, the aoti component where it is built, and the standard headers they print
-        # and collect with.
+        # TorchScript, the aoti and executorch components where they are built, and the standard
+        # headers they print and collect with.
         units, includes = [], ["#include <modhooks/modhooks.h>", "#include <torch/script.h>",
                                "#include <torch/torch.h>", "#include <cstdio>",
                                "#include <iostream>", "#include <map>"]
-        if "aoti" not in without:
-            includes.insert(1, "#include <modhooks/aoti.h>")
+        for component in ("aoti", "executorch"):
+            if component not in without:
+                includes.insert(1, f"#include <modhooks/{component}.h>")
         program: list[str] | None = None  # the body lines of the block being continued
         for block in (b for b in blocks(page) if b.lang == "cpp"):
             if any(word in block.code for word in without):

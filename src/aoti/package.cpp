@@ -113,9 +113,9 @@ void AotiModel::check_device(const std::unordered_map<std::string, std::string>&
 void AotiModel::read_points(const std::unordered_map<std::string, std::string>& metadata) {
   if (metadata.find(kAbiKey) == metadata.end()) return;  // compiled without modhooks' points
   auto table = metadata.find(kPointsKey);
-  for (PointEntry& entry : parse_point_table(
-           table == metadata.end() ? std::string("[]") : table->second, path,
-           "aoti.package.bad_points")) {
+  for (PointEntry& entry :
+       parse_point_table(table == metadata.end() ? std::string("[]") : table->second, path,
+                         "aoti.package.bad_points")) {
     auto point = std::make_unique<aoti::Point>(std::move(entry.name), std::move(entry.type_name),
                                                entry.inputs, entry.single, points.size());
     names.push_back(point->name());

@@ -112,9 +112,9 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs) {
   modhooks::detail::EtProgram& program = live();
   const std::vector<int>& dtypes = program.runtime.input_dtypes();
   auto bad_inputs = [&](const std::string& why) {
-    modhooks::detail::fail<ValueError>("executorch.program.bad_inputs",
-                                       "modhooks: " + program.path + " cannot run on these " +
-                                           "inputs: " + why);
+    modhooks::detail::fail<ValueError>(
+        "executorch.program.bad_inputs",
+        "modhooks: " + program.path + " cannot run on these " + "inputs: " + why);
   };
   if (inputs.size() != dtypes.size()) {
     bad_inputs("it takes " + std::to_string(dtypes.size()) + " input(s), got " +
@@ -127,9 +127,9 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs) {
     if (!t.defined() || !t.device().is_cpu() || t.dim() > 16 ||
         static_cast<int>(t.scalar_type()) != dtypes[i]) {
       bad_inputs("input " + std::to_string(i) + " is " +
-                 (t.defined() ? std::string(c10::toString(t.scalar_type())) + " on " +
-                                    t.device().str()
-                              : std::string("undefined")) +
+                 (t.defined()
+                      ? std::string(c10::toString(t.scalar_type())) + " on " + t.device().str()
+                      : std::string("undefined")) +
                  "; the program takes a CPU tensor of dtype " +
                  (dtypes[i] < 0 ? std::string("(not a tensor)")
                                 : c10::toString(static_cast<at::ScalarType>(dtypes[i]))));

@@ -57,6 +57,8 @@ void point_kernel(et::KernelRuntimeContext& context, et::Span<et::EValue*> stack
     context.fail(et::Error::InvalidProgram);
     return;
   }
+  // Reused by every firing on this thread; `fire_point` reads it before any hook runs, so a
+  // hook's run of another program may refill it.
   thread_local std::vector<TensorView> views;
   views.clear();
   for (std::size_t i = 0; i < xs.size(); ++i) {

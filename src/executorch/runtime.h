@@ -61,8 +61,7 @@ class EtRuntime {
 /// program's memory, on this thread's run (src/executorch/points.cpp). Called by the point's
 /// kernel inside ExecuTorch, so it never throws: false where the run must end, its error
 /// recorded for `Program::run`.
-bool fire_point(std::string_view name, bool inputs, const TensorView* outs,
-                std::size_t n) noexcept;
+bool fire_point(std::string_view name, bool inputs, const TensorView* outs, std::size_t n) noexcept;
 
 }  // namespace detail
 MODHOOKS_END_NAMESPACE

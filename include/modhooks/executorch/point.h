@@ -28,8 +28,8 @@ class Point : public modhooks::detail::PointInfo {
   /// \endcond
 
  private:
-  friend const std::shared_ptr<modhooks::detail::ExecutorchPointHooks>&
-  modhooks::detail::hooks_for(const Point&) noexcept;
+  friend const std::shared_ptr<modhooks::detail::ExecutorchPointHooks>& modhooks::detail::hooks_for(
+      const Point&) noexcept;
 
   std::shared_ptr<modhooks::detail::ExecutorchPointHooks> hooks_;
 };
