@@ -45,12 +45,18 @@ def write(folder: pathlib.Path, name: str, model, inputs, variants) -> None:
     print(f"{name}: fused kernels " + ", ".join(f"{k}: {v}" for k, v in counts.items()), flush=True)
 
 
+def resnet18_blocks() -> tuple[torch.nn.Module, list[str]]:
+    """torchvision's resnet18 (10 classes, seeded weights) and the names of its 8 BasicBlocks."""
+    torch.manual_seed(0)
+    resnet = torchvision.models.resnet18(num_classes=10)
+    return resnet, [n for n, m in resnet.named_modules()
+                    if isinstance(m, torchvision.models.resnet.BasicBlock)]
+
+
 def main() -> None:
     folder = pathlib.Path(sys.argv[1])
     folder.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
-    resnet = torchvision.models.resnet18(num_classes=10)
-    blocks = [n for n, m in resnet.named_modules() if isinstance(m, torchvision.models.resnet.BasicBlock)]
+    resnet, blocks = resnet18_blocks()
     write(folder, "resnet18", resnet, [torch.randn(2, 3, 64, 64)], {"blocks": blocks, "all": None})
 
     config = transformers.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=4,

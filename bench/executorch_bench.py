@@ -13,10 +13,12 @@ import pathlib
 import sys
 
 import torch
-import torchvision
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
 import modhooks.export as mhx
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from aoti_bench import resnet18_blocks  # noqa: E402
 
 
 def write(folder: pathlib.Path, name: str, model, inputs, variants, xnnpack=False) -> None:
@@ -36,9 +38,7 @@ def write(folder: pathlib.Path, name: str, model, inputs, variants, xnnpack=Fals
 def main() -> None:
     folder = pathlib.Path(sys.argv[1])
     folder.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
-    resnet = torchvision.models.resnet18(num_classes=10)
-    blocks = [n for n, m in resnet.named_modules() if isinstance(m, torchvision.models.resnet.BasicBlock)]
+    resnet, blocks = resnet18_blocks()
     write(folder, "pte_resnet18", resnet, [torch.randn(2, 3, 64, 64)], {"blocks": blocks},
           xnnpack=True)
     chain = torch.nn.Sequential(*[torch.nn.Tanh() for _ in range(256)])

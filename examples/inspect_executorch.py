@@ -12,22 +12,18 @@ import pathlib
 import sys
 
 import torch
-import torchvision
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
 import modhooks.export as mhx
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from inspect_exported import eager_record  # noqa: E402
+from inspect_exported import eager_record, resnet18_blocks  # noqa: E402
 
 
 def main() -> None:
     out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10).eval()
-    x = torch.randn(2, 3, 64, 64)
-    blocks = [n for n, m in model.named_modules() if isinstance(m, torchvision.models.resnet.BasicBlock)]
+    model, x, blocks = resnet18_blocks()
 
     ep = mhx.export(model, (x,), points=blocks, backend="executorch")
     mhx.to_executorch(ep, str(out / "resnet18.pte"), partitioners=[XnnpackPartitioner()])

@@ -40,13 +40,19 @@ def eager_record(model: torch.nn.Module, x: torch.Tensor, blocks: list[str]) -> 
     return expected
 
 
-def main() -> None:
-    out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")
-    out.mkdir(parents=True, exist_ok=True)
+def resnet18_blocks() -> tuple[torch.nn.Module, torch.Tensor, list[str]]:
+    """torchvision's resnet18 (random weights, seeded), an input batch, and its 8 BasicBlocks."""
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10).eval()
     x = torch.randn(2, 3, 64, 64)
-    blocks = [n for n, m in model.named_modules() if isinstance(m, torchvision.models.resnet.BasicBlock)]
+    return model, x, [n for n, m in model.named_modules()
+                      if isinstance(m, torchvision.models.resnet.BasicBlock)]
+
+
+def main() -> None:
+    out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    out.mkdir(parents=True, exist_ok=True)
+    model, x, blocks = resnet18_blocks()
 
     ep = mhx.export(model, (x,), points=blocks)
     mhx.aoti_compile_and_package(ep, package_path=str(out / "resnet18.pt2"))

@@ -144,6 +144,7 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs) {
   if (!error.empty()) scope.fail(std::runtime_error(error));
   // The outputs live in the program's planned memory, which the next run writes over.
   std::vector<at::Tensor> results;
+  results.reserve(outputs.size());
   for (const auto& v : outputs) {
     results.push_back(at::from_blob(v.data, at::IntArrayRef(v.sizes.data(), v.dim),
                                     at::TensorOptions().dtype(static_cast<at::ScalarType>(v.dtype)))

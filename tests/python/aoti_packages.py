@@ -278,6 +278,17 @@ def stamp() -> str:
     return digest.hexdigest()
 
 
+def build_once(folder: pathlib.Path, digest: str, build_into) -> None:
+    """`build_into(folder)` unless the folder's stamp says it was built for `digest`."""
+    marker = folder / "stamp"
+    if marker.exists() and marker.read_text() == digest:
+        print(f"{folder.name}: up to date")
+        return
+    marker.unlink(missing_ok=True)
+    build_into(folder)
+    marker.write_text(digest)
+
+
 def main() -> None:
     folder = pathlib.Path(sys.argv[1])
     folder.mkdir(parents=True, exist_ok=True)
@@ -287,13 +298,7 @@ def main() -> None:
             return
         build_cuda(folder)
         return
-    marker = folder / "stamp"
-    if marker.exists() and marker.read_text() == stamp():
-        print(f"aoti_packages: {folder} is up to date")
-        return
-    marker.unlink(missing_ok=True)
-    build(folder)
-    marker.write_text(stamp())
+    build_once(folder, stamp(), build)
 
 
 if __name__ == "__main__":

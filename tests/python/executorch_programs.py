@@ -32,7 +32,7 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower  # noqa: E402
 
 import modhooks.export as mhx  # noqa: E402
-from aoti_packages import Branchy, OwnTensors, record_case  # noqa: E402
+from aoti_packages import Branchy, OwnTensors, build_once, record_case  # noqa: E402
 
 
 def write_program(folder: pathlib.Path, case: str, model: nn.Module, inputs, points=None,
@@ -98,13 +98,7 @@ def stamp() -> str:
 def main() -> None:
     folder = pathlib.Path(sys.argv[1])
     folder.mkdir(parents=True, exist_ok=True)
-    marker = folder / "stamp"
-    if marker.exists() and marker.read_text() == stamp():
-        print(f"executorch_programs: {folder} is up to date")
-        return
-    marker.unlink(missing_ok=True)
-    build(folder)
-    marker.write_text(stamp())
+    build_once(folder, stamp(), build)
 
 
 if __name__ == "__main__":

@@ -160,8 +160,8 @@ class Points {
   }
 
   /// Records `error` as what ended this thread's run, where no hook's error came first.
-  static void record_error(std::exception_ptr error) {
-    if (current_ && !current_->error) current_->error = std::move(error);
+  static void record_error(const std::exception_ptr& error) {
+    if (current_ && !current_->error) current_->error = error;
   }
 
   /// The first half of a point's call (`Dispatch::enter`), at its input point: pre-hooks on
