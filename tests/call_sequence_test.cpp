@@ -9,15 +9,17 @@
 //   `modhooks::call`;
 // - a TorchScript inner submodule: hooks on `target` of the scripted parent, fired where the
 //   parent's forward calls it;
-// - an AOTInductor point: `target` of the same parent exported with its inputs as a point
-//   (`Point::has_inputs()`, so pre-hooks run and forward hooks see the args).
+// - a point of a compiled program: `target` of the same parent exported with its inputs as a
+//   point (`Point::has_inputs()`, so pre-hooks run and forward hooks see the args), in an
+//   AOTInductor package or an ExecuTorch program.
 // The nn and TorchScript cases build as call_sequence_test (the python_oracle fixture); the same
 // file built with MODHOOKS_AOTI_PACKAGES defined is call_sequence_aoti_test, which reads the
 // package and Python's answers that tests/python/aoti_packages.py writes (the aoti_packages
-// fixture).
+// fixture), and with MODHOOKS_EXECUTORCH_PROGRAMS call_sequence_executorch_test, which reads the
+// program that tests/python/executorch_programs.py writes.
 //
 // A point has no forward of its own that could raise: in the scenarios where the target's
-// forward raises, the aoti case makes a forward hook on the inner point `target.inner` raise
+// forward raises, the point case makes a forward hook on the inner point `target.inner` raise
 // while `target`'s point is open, as Python's outer module sees an exception from the module it
 // calls (the oracle checks in Python that both ways give the same log). Pre-hook scenarios need
 // a point with inputs: on a point without them no pre-hook runs and forward hooks see no args,
@@ -43,10 +45,14 @@
 #include "modhooks/modhooks.h"
 #include "test_util.h"
 
-#ifdef MODHOOKS_AOTI_PACKAGES
+#if defined(MODHOOKS_AOTI_PACKAGES)
 #include <cstdlib>
 
 #include "modhooks/aoti.h"
+#define MODHOOKS_POINT_CASE 1
+#elif defined(MODHOOKS_EXECUTORCH_PROGRAMS)
+#include "modhooks/executorch.h"
+#define MODHOOKS_POINT_CASE 1
 #endif
 
 namespace {
@@ -83,13 +89,24 @@ const char* const kScenarios[] = {
     "always_hooks_replace_after_forward_raises",
 };
 
-#ifdef MODHOOKS_AOTI_PACKAGES
+#if defined(MODHOOKS_AOTI_PACKAGES)
 /// The packages' folder: MODHOOKS_AOTI_PACKAGES in the environment, else the one the build names
 /// (as in aoti_test.cpp).
 std::string package(const std::string& name) {
   const char* dir = std::getenv("MODHOOKS_AOTI_PACKAGES");
   return std::string(dir ? dir : MODHOOKS_AOTI_PACKAGES) + "/" + name;
 }
+using Net = modhooks::aoti::Model;
+using Point = modhooks::aoti::Point;
+const char* const kProgram = "call_sequence.pt2";
+std::string oracle_path() { return package("call_sequence.oracle.json"); }
+#elif defined(MODHOOKS_EXECUTORCH_PROGRAMS)
+std::string package(const std::string& name) {
+  return std::string(MODHOOKS_EXECUTORCH_PROGRAMS) + "/" + name;
+}
+using Net = modhooks::executorch::Program;
+using Point = modhooks::executorch::Point;
+const char* const kProgram = "call_sequence.pte";
 std::string oracle_path() { return package("call_sequence.oracle.json"); }
 #else
 std::string fixture(const std::string& name) { return std::string(MODHOOKS_FIXTURES) + "/" + name; }
@@ -319,7 +336,7 @@ TEST(ScenarioList, IsTheOracles) {
   EXPECT_EQ(names, std::vector<std::string>(std::begin(kScenarios), std::end(kScenarios)));
 }
 
-#ifndef MODHOOKS_AOTI_PACKAGES
+#ifndef MODHOOKS_POINT_CASE
 
 /// oracle_call_sequence.py's Target: its forward raises while `fail` is set.
 struct TargetImpl : torch::nn::Module {
@@ -368,11 +385,11 @@ TEST_P(CallSequence, TorchScriptInnerModule) {
   expect_python(outcome(log, [&] { return model.forward(Args{x}).toTensor(); }));
 }
 
-#else  // MODHOOKS_AOTI_PACKAGES
+#else  // MODHOOKS_POINT_CASE
 
-TEST_P(CallSequence, AotiPoint) {
-  modhooks::aoti::Model net(package("call_sequence.pt2"));
-  const modhooks::aoti::Point& target = net.point("target");
+TEST_P(CallSequence, Point) {
+  Net net(package(kProgram));
+  const Point& target = net.point("target");
   ASSERT_TRUE(target.has_inputs()) << "exported without its inputs: pre-hooks would not run";
   Log log;
   Handles handles;
@@ -380,18 +397,17 @@ TEST_P(CallSequence, AotiPoint) {
     // The target's forward raising: what it calls raises while its point is open.
     handles.add(modhooks::register_forward_hook(
         net.point("target.inner"),
-        [text = message](const modhooks::aoti::Point&, const Args&, const c10::IValue&) {
+        [text = message](const Point&, const Args&, const c10::IValue&) {
           throw std::runtime_error(text);
         }));
   }
-  register_hooks<const modhooks::aoti::Point>(
-      target, [](const modhooks::aoti::Point& p) { return p.name() == "target"; }, scenario, log,
-      handles);
+  register_hooks<const Point>(
+      target, [](const Point& p) { return p.name() == "target"; }, scenario, log, handles);
   if (HasFatalFailure()) return;
   expect_python(outcome(log, [&] { return net.run({x}).at(0); }));
 }
 
-#endif  // MODHOOKS_AOTI_PACKAGES
+#endif  // MODHOOKS_POINT_CASE
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, CallSequence, ::testing::ValuesIn(kScenarios),
                          [](const ::testing::TestParamInfo<const char*>& info) {

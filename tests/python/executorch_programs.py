@@ -7,16 +7,18 @@ For each case, into the folder given as the first argument, as aoti_packages.py 
 packages: <case>.pte (exported with modhooks.export(..., backend="executorch") and written by
 modhooks.export.to_executorch), <case>.plain.pte for some (the same model with no points), and
 <case>.json and <case>.safetensors (the point table, eager's firings, outputs and replaced
-outputs). Cases ending in _xnnpack are lowered with the XNNPACK partitioner, their plain program
-too. Beside them, programs that must be refused: other_abi.pte, truncated.pte, not_a_program.pte.
+outputs), and call_sequence.pte with Python's answers for tests/call_sequence_test.cpp
+(call_sequence.oracle.json), as aoti_packages.py writes them. Cases ending in _xnnpack are
+lowered with the XNNPACK partitioner, their plain program too. Beside them, programs that must be refused: other_abi.pte, truncated.pte, not_a_program.pte.
 
-The folder is reused while this script, aoti_packages.py, the modhooks Python package, torch and
-executorch stay the same (a stamp names their hash).
+The folder is reused while this script, aoti_packages.py, oracle_call_sequence.py, the modhooks
+Python package, torch and executorch stay the same (a stamp names their hash).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import pathlib
 import sys
 
@@ -76,6 +78,14 @@ def build(folder: pathlib.Path) -> None:
         write_program(folder, "own_tensors_strict" if strict else "own_tensors", OwnTensors(),
                       [torch.randn(4, 8)], replace="pos", plain=True, strict=strict)
 
+    # The call-sequence scenarios on a point with inputs (tests/call_sequence_test.cpp), and
+    # Python's answers for them: float64, no weights.
+    import oracle_call_sequence as ocs
+
+    write_program(folder, "call_sequence", ocs.Parent(), [ocs.example_input()],
+                  points=["target", "target.inner"], inputs_at=["target"])
+    (folder / "call_sequence.oracle.json").write_text(json.dumps(ocs.oracle(), indent=1))
+
     # Programs to refuse: another modhooks ABI, a program cut short, a file that is no program.
     ep = mhx.export(Branchy().eval(), (x,), backend="executorch")
     edge = to_edge_transform_and_lower(
@@ -89,7 +99,8 @@ def build(folder: pathlib.Path) -> None:
 
 def stamp() -> str:
     digest = hashlib.sha256((torch.__version__ + executorch.version.__version__).encode())
-    for path in ([pathlib.Path(__file__), HERE / "aoti_packages.py"]
+    for path in ([pathlib.Path(__file__), HERE / "aoti_packages.py",
+                  HERE / "oracle_call_sequence.py"]
                  + sorted((ROOT / "python" / "modhooks").glob("*.py"))):
         digest.update(path.read_bytes())
     return digest.hexdigest()
