@@ -396,8 +396,7 @@ TEST_P(CallSequence, Point) {
   if (forward_raises) {
     // The target's forward raising: what it calls raises while its point is open.
     handles.add(modhooks::register_forward_hook(
-        net.point("target.inner"),
-        [text = message](const Point&, const Args&, const c10::IValue&) {
+        net.point("target.inner"), [text = message](const Point&, const Args&, const c10::IValue&) {
           throw std::runtime_error(text);
         }));
   }
