@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Writes docs/performance.md from one run of the benchmarks and their Python baselines, on this
-# machine: builds them, exports the packages aoti_bench times, then bench/perf_page.py runs every
-# case (the call hooks in 10 fresh processes) on one core, one intra-op thread. About three
-# quarters of an hour on two cores; run it on an otherwise idle machine. Arguments go to
+# machine: builds them, exports the packages and programs aoti_bench and executorch_bench time,
+# then bench/perf_page.py runs every case (the call hooks in 10 fresh processes) on one core, one
+# intra-op thread. About three quarters of an hour on two cores; run it on an otherwise idle
+# machine. Arguments go to
 # perf_page.py (`--processes 3 --filter Identity` for a quick try, into another file).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
