@@ -87,15 +87,15 @@ struct Case {
   nlohmann::json info;
 };
 
-std::vector<at::Tensor> leaves(const c10::IValue& v) {
+inline std::vector<at::Tensor> leaves(const c10::IValue& v) {
   if (v.isTensor()) return {v.toTensor()};
   std::vector<at::Tensor> ts;
   for (const auto& e : v.toTupleRef().elements()) ts.push_back(e.toTensor());
   return ts;
 }
 
-void expect_close(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
-                  const std::string& what) {
+inline void expect_close(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
+                         const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(got[i].sizes(), want[i].sizes()) << what << " tensor " << i;
@@ -291,8 +291,8 @@ std::vector<at::Tensor> run_keeping_inputs(Net& net, const std::vector<at::Tenso
   return out;
 }
 
-void expect_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
-                  const std::string& what) {
+inline void expect_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
+                         const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << what << i;
 }
