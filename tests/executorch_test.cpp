@@ -73,6 +73,8 @@ TEST(ExecutorchProgram, WrongInputsAreAValueErrorAndTheProgramStaysUsable) {
   expect_close(net.run(c.inputs()), c.outputs(), "after the refused runs");
 }
 
+TEST(ExecutorchEager, DynamicBatch) { expect_eager<EtKind>("dynamic", 3); }
+TEST(ExecutorchReplace, DynamicBatch) { expect_replacement<EtKind>("dynamic"); }
 TEST(ExecutorchEager, MobileNetV3SmallEverySubmodule) {
   expect_eager<EtKind>("mobilenet_v3_small");
 }

@@ -38,16 +38,17 @@ from aoti_packages import Branchy, OwnTensors, build_once, record_case  # noqa: 
 
 
 def write_program(folder: pathlib.Path, case: str, model: nn.Module, inputs, points=None,
-                  inputs_at=None, replace=None, plain=False, strict=False) -> None:
+                  inputs_at=None, replace=None, plain=False, strict=False, dynamic_shapes=None,
+                  extra_inputs=()) -> None:
     model.eval()
     partitioners = (lambda: [XnnpackPartitioner()]) if case.endswith("_xnnpack") else (lambda: None)
     ep = mhx.export(model, tuple(inputs), points=points, inputs=inputs_at, strict=strict,
-                    backend="executorch")
+                    dynamic_shapes=dynamic_shapes, backend="executorch")
     mhx.to_executorch(ep, str(folder / f"{case}.pte"), partitioners=partitioners())
     if plain:
         plain_ep = mhx.export(model, tuple(inputs), points=[], strict=strict, backend="executorch")
         mhx.to_executorch(plain_ep, str(folder / f"{case}.plain.pte"), partitioners=partitioners())
-    record_case(folder, case, model, inputs, mhx.point_table(ep), replace, plain)
+    record_case(folder, case, model, inputs, mhx.point_table(ep), replace, plain, extra_inputs)
 
 
 def build(folder: pathlib.Path) -> None:
@@ -57,6 +58,13 @@ def build(folder: pathlib.Path) -> None:
     x = torch.randn(4, 8)
     write_program(folder, "branchy", Branchy(), [x], inputs_at=["a", "two"], replace="a",
                   plain=True)
+
+    # A batch size the program takes from 2 to 64: ExecuTorch plans the upper bound, and each
+    # point's buffer is resized to the run's sizes.
+    batch = torch.export.Dim("batch", min=2, max=64)
+    write_program(folder, "dynamic", Branchy(), [torch.randn(4, 8)], inputs_at=["a"],
+                  replace="two", dynamic_shapes={"x": {0: batch}},
+                  extra_inputs=[[torch.randn(3, 8)], [torch.randn(7, 8)]])
 
     resnet = torchvision.models.resnet18(num_classes=10)
     image = torch.randn(2, 3, 64, 64)
