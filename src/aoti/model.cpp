@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "modhooks/core/error.h"
+#include "modhooks/points/detail/table.h"
 #include "package.h"
 #include "run.h"
 
@@ -39,13 +40,8 @@ const std::vector<std::string>& Model::points() const { return live().names; }
 const Point& Model::point(const std::string& name) const {
   const modhooks::detail::AotiModel& model = live();
   if (const Point* p = model.find(name)) return *p;
-  std::string listed;
-  for (const auto& n : model.names) listed += (listed.empty() ? "'" : ", '") + n + "'";
-  modhooks::detail::fail<KeyError>(
-      "aoti.model.no_point",
-      "modhooks: " + model.path + " has no point '" + name + "'" +
-          (listed.empty() ? std::string(": it was exported without points (modhooks.export)")
-                          : "; its points are " + listed));
+  modhooks::detail::fail_no_point(model.path, name, model.names, "aoti.model.no_point",
+                                  "modhooks.export");
 }
 
 std::vector<at::Tensor> Model::run(const std::vector<at::Tensor>& inputs) {

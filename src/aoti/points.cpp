@@ -20,7 +20,7 @@ using AotiPoints = Points<AotiModel>;
 
 /// The in-place operator: the module's output is fresh, so hooks are shown it.
 void output_point_inplace(at::TensorList xs, const at::Tensor& /*token*/, c10::string_view name) {
-  AotiPoints::fire_output(name, xs);
+  if (const aoti::Point* point = AotiPoints::firing(name)) AotiPoints::fire_output(*point, xs);
 }
 
 /// The copying operator: the module's output aliases what others read (its input, a parameter),
@@ -29,14 +29,14 @@ void output_point_inplace(at::TensorList xs, const at::Tensor& /*token*/, c10::s
 void output_point_copying(at::TensorList xs, at::TensorList outs, const at::Tensor& /*token*/,
                           c10::string_view name) {
   write_copies(outs, xs);
-  AotiPoints::fire_output(name, outs);
+  if (const aoti::Point* point = AotiPoints::firing(name)) AotiPoints::fire_output(*point, outs);
 }
 
 /// The input point: pre-hooks on the copies of the module's inputs.
 void input_point(at::TensorList xs, at::TensorList outs, const at::Tensor& /*token*/,
                  c10::string_view name) {
   write_copies(outs, xs);
-  AotiPoints::fire_input(name, outs);
+  if (const aoti::Point* point = AotiPoints::firing(name)) AotiPoints::fire_input(*point, outs);
 }
 
 }  // namespace

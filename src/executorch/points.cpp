@@ -74,16 +74,16 @@ c10::SmallVector<at::Tensor, 4> point_targets(std::size_t first, const TensorVie
 bool fire_point(std::string_view name, bool inputs, const TensorView* outs,
                 std::size_t n) noexcept {
   using EtPoints = Points<EtProgram>;
-  const c10::string_view point(name.data(), name.size());
-  if (EtPoints::idle(point)) return true;
+  const executorch::Point* point = EtPoints::firing(c10::string_view(name.data(), name.size()));
+  if (!point) return true;
   const std::size_t first = targets_in_use;
   try {
     const c10::SmallVector<at::Tensor, 4> targets = point_targets(first, outs, n);
     targets_in_use = first + n;
     if (inputs) {
-      EtPoints::fire_input(point, targets);
+      EtPoints::fire_input(*point, targets);
     } else {
-      EtPoints::fire_output(point, targets);
+      EtPoints::fire_output(*point, targets);
     }
     targets_in_use = first;
     return true;

@@ -98,14 +98,8 @@ const std::vector<std::string>& Program::points() const { return live().names; }
 const Point& Program::point(const std::string& name) const {
   const modhooks::detail::EtProgram& program = live();
   if (const Point* p = program.find(name)) return *p;
-  std::string listed;
-  for (const auto& n : program.names) listed += (listed.empty() ? "'" : ", '") + n + "'";
-  modhooks::detail::fail<KeyError>(
-      "executorch.program.no_point",
-      "modhooks: " + program.path + " has no point '" + name + "'" +
-          (listed.empty() ? std::string(": it was exported without points "
-                                        "(modhooks.export with backend='executorch')")
-                          : "; its points are " + listed));
+  modhooks::detail::fail_no_point(program.path, name, program.names, "executorch.program.no_point",
+                                  "modhooks.export with backend='executorch'");
 }
 
 std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs) {

@@ -34,5 +34,15 @@ void check_point_abi(const std::string& abi, const std::string& path, const char
                                       "package");
 }
 
+void fail_no_point(const std::string& path, const std::string& name,
+                   const std::vector<std::string>& names, const char* id, const char* how) {
+  std::string listed;
+  for (const auto& n : names) listed += (listed.empty() ? "'" : ", '") + n + "'";
+  fail<KeyError>(id,
+                 "modhooks: " + path + " has no point '" + name + "'" +
+                     (listed.empty() ? ": it was exported without points (" + std::string(how) + ")"
+                                     : "; its points are " + listed));
+}
+
 }  // namespace detail
 MODHOOKS_END_NAMESPACE

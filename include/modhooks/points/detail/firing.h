@@ -25,8 +25,9 @@
 // The firing of the hook points of a compiled program, for every kind whose forward runs as a
 // compiled graph (an AOTInductor package, an ExecuTorch program): each point runs the one hook
 // sequence (`Dispatch`) in two halves, `enter` at its input point and `exit` at its output point,
-// from the kernel of the point's operator on the thread that runs the program. A kind supplies
-// its program type `Program`:
+// from the kernel of the point's operator on the thread that runs the program: the kernel asks
+// `firing(name)` for the point, and where it gets one, calls `fire_input` or `fire_output`. A kind
+// supplies its program type `Program`:
 //
 //   using PointType = ...;                       // its point class (a PointInfo)
 //   static constexpr PointErrorIds ids{...};     // the ids of its points' errors
@@ -143,20 +144,18 @@ class Points {
       run_->program->fail_run(e);
     }
 
-    /// What a hook threw in this run (where a kernel could not let it pass), or null.
-    const std::exception_ptr& error() const noexcept { return run_->error; }
-
    private:
     std::unique_ptr<Run> run_;
   };
 
-  /// Whether point `name` has nothing to do on this thread now: no run of a program that has
-  /// it, or no hooks on it and no call open. A kernel tests this before it makes tensors over
-  /// the program's memory.
-  static bool idle(c10::string_view name) {
+  /// The point `name` of the program this thread runs, where it may have something to do now
+  /// (hooks of its own or global ones, or a call open): what a kernel passes to `fire_input` or
+  /// `fire_output`. Null where it has nothing to do, so that a kernel makes no tensors over the
+  /// program's memory for it.
+  static const P* firing(c10::string_view name) {
     const Run* run = current_;
-    const P* point = point_of(name, run);
-    return !point || (run->open.empty() && !has_hooks(*point));
+    const P* point = run ? run->program->find(std::string_view(name.data(), name.size())) : nullptr;
+    return point && (!run->open.empty() || has_hooks(*point)) ? point : nullptr;
   }
 
   /// Records `error` as what ended this thread's run, where no hook's error came first.
@@ -168,24 +167,23 @@ class Points {
   /// `copies`, the copies of its inputs that the module reads, so that what they edit or replace
   /// reaches the module and no one else. A call whose point has forward hooks stays open until
   /// its output point. What throws is recorded in the run, then rethrown.
-  static void fire_input(c10::string_view name, at::TensorList copies) {
-    Run* run = current_;
-    const P* point = point_of(name, run);
-    if (!point || !has_hooks(*point)) return;
-    recording_errors(run, [&] {
-      auto open = std::make_unique<PointRun>(*point);
+  /// `point` comes from `firing`, in this thread's run.
+  static void fire_input(const P& point, at::TensorList copies) {
+    if (!has_hooks(point)) return;
+    recording_errors([&] {
+      auto open = std::make_unique<PointRun>(point);
       Call& call = open->call;
       Shown shown = shown_aliases(copies);
-      run_keeping_valid(shown, copies, point->name(), ids().keep_failed, [&] {
+      run_keeping_valid(shown, copies, point.name(), ids().keep_failed, [&] {
         call.show_args(shown, copies);
-        open->dispatch.enter(*point, call);
+        open->dispatch.enter(point, call);
         call.hide_args();
       });
       write_replacement(copies, call.replaced());
       call.clear_replaced();
       if (open->dispatch.has_forward_hooks()) {
         call.keep_args(copies);
-        run->open.emplace_back(point, std::move(open));
+        current_->open.emplace_back(&point, std::move(open));
       }
     });
   }
@@ -193,18 +191,17 @@ class Points {
   /// The second half of a point's call (`Dispatch::exit`), at its output point. Hooks are shown
   /// `targets`, the tensors the program reads as the module's output after the point: what they
   /// write into them, in place or as a replacement, is the module's output, as in eager.
-  static void fire_output(c10::string_view name, at::TensorList targets) {
-    Run* run = current_;
-    const P* point = point_of(name, run);
-    std::unique_ptr<PointRun> open = point ? take_open(*run, *point) : nullptr;
-    if (!open && (!point || !has_hooks(*point))) return;
-    recording_errors(run, [&] {
+  /// `point` comes from `firing`, in this thread's run.
+  static void fire_output(const P& point, at::TensorList targets) {
+    std::unique_ptr<PointRun> open = take_open(*current_, point);
+    if (!open && !has_hooks(point)) return;
+    recording_errors([&] {
       std::optional<PointRun> unopened;  // no input point, or one whose call had no hooks
-      PointRun& call = open ? *open : unopened.emplace(*point);
+      PointRun& call = open ? *open : unopened.emplace(point);
       Shown shown = shown_aliases(targets);
-      run_keeping_valid(shown, targets, point->name(), ids().keep_failed, [&] {
+      run_keeping_valid(shown, targets, point.name(), ids().keep_failed, [&] {
         call.call.show_output(shown, targets);
-        call.dispatch.exit(*point, call.call);
+        call.dispatch.exit(point, call.call);
         call.call.hide();
       });
       write_replacement(targets, call.call.replaced());
@@ -244,11 +241,6 @@ class Points {
            global_hooks_active<const P>().load(std::memory_order_relaxed) != 0;
   }
 
-  /// The point `name` of the program this thread runs; null outside a run.
-  static const P* point_of(c10::string_view name, const Run* run) {
-    return run ? run->program->find(std::string_view(name.data(), name.size())) : nullptr;
-  }
-
   /// The call `point` entered at its input point, taken out of the open ones; null where none.
   static std::unique_ptr<PointRun> take_open(Run& run, const P& point) {
     for (auto it = run.open.rbegin(); it != run.open.rend(); ++it) {
@@ -264,11 +256,11 @@ class Points {
   /// Runs `body` and records what it throws in the run, so that the program's run rethrows that
   /// rather than the text the program's runtime turns it into.
   template <class F>
-  static void recording_errors(Run* run, F&& body) {
+  static void recording_errors(F&& body) {
     try {
       body();
     } catch (...) {
-      if (run && !run->error) run->error = std::current_exception();
+      record_error(std::current_exception());
       throw;
     }
   }

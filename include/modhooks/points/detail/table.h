@@ -31,5 +31,11 @@ std::vector<PointEntry> parse_point_table(const std::string& json, const std::st
 /// and the soname are).
 void check_point_abi(const std::string& abi, const std::string& path, const char* mismatch_id);
 
+/// KeyError `id` for a point `name` that the program at `path` lacks, listing `names`, its
+/// points, or saying it has none (exported without points: `how` names how to export with them).
+[[noreturn]] void fail_no_point(const std::string& path, const std::string& name,
+                                const std::vector<std::string>& names, const char* id,
+                                const char* how);
+
 }  // namespace detail
 MODHOOKS_END_NAMESPACE
