@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Tests of include/modhooks/nn/call.h: the fast path, argument and result boxing, the accepted
-// module spellings.
+// module spellings, the snapshots each thread keeps between calls.
 #include "modhooks/nn/call.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstddef>
+#include <functional>
+#include <future>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -296,6 +300,240 @@ TEST(Call, EachCallRunsTheKindsOfHooksTheModuleHasNow) {
   EXPECT_EQ(ran, std::vector<std::string>{"raises"});
 }
 
+// Each thread keeps the snapshots of the modules it called last (nn's dispatch cache). What it
+// keeps must never change what a call runs, nor keep a removed hook alive past the points below.
+
+/// A forward hook that counts its calls and holds `token`, so that a test can tell when the hook
+/// itself is destroyed.
+modhooks::RemovableHandle counting_hook(torch::nn::Module& module, int& calls,
+                                        const std::shared_ptr<int>& token) {
+  return modhooks::register_forward_hook(
+      module, [&calls, token](torch::nn::Module&, const IValues&, const c10::IValue&) { ++calls; });
+}
+
+TEST(CallSnapshots, AHookRemovedOnTheCallingThreadDiesAtItsRemoval) {
+  torch::nn::Identity identity;
+  torch::nn::Identity other;
+  int calls = 0;
+  int other_calls = 0;
+  auto token = std::make_shared<int>(0);
+  ScopedHandle on_other(counting_hook(*other, other_calls, std::make_shared<int>(0)));
+  auto handle = counting_hook(*identity, calls, token);
+  modhooks::call(identity, at::randn({2}));
+  modhooks::call(identity, at::randn({2}));
+  EXPECT_EQ(calls, 2);
+  handle.remove();
+  EXPECT_EQ(token.use_count(), 1);  // neither the list nor this thread's snapshots hold it
+  modhooks::call(identity, at::randn({2}));
+  modhooks::call(other, at::randn({2}));
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(other_calls, 1);
+}
+
+TEST(CallSnapshots, AHookThatRemovesItselfDiesWhenItsCallEnds) {
+  torch::nn::Identity identity;
+  int calls = 0;
+  auto token = std::make_shared<int>(0);
+  auto handle = std::make_shared<modhooks::RemovableHandle>();
+  *handle = modhooks::register_forward_hook(
+      identity,
+      [&calls, token, handle](torch::nn::Module&, const IValues&, const c10::IValue&) {
+        ++calls;
+        handle->remove();
+      });
+  std::weak_ptr<modhooks::RemovableHandle> handle_alive = handle;
+  handle.reset();  // the hook owns its handle now
+  modhooks::call(identity, at::randn({2}));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(token.use_count(), 1);
+  EXPECT_TRUE(handle_alive.expired());
+  modhooks::call(identity, at::randn({2}));
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(CallSnapshots, AnotherThreadLetsGoOfARemovedHookAtItsNextHookedCallOrItsEnd) {
+  torch::nn::Identity identity;
+  torch::nn::Identity other;
+  int calls = 0;
+  int other_calls = 0;
+  auto token = std::make_shared<int>(0);
+  ScopedHandle on_other(counting_hook(*other, other_calls, std::make_shared<int>(0)));
+  auto handle = counting_hook(*identity, calls, token);
+  std::promise<void> called;
+  std::promise<void> removed;
+  std::promise<void> called_again;
+  std::promise<void> finish;
+  std::thread worker([&] {
+    modhooks::call(identity, at::randn({2}));
+    called.set_value();
+    removed.get_future().wait();
+    modhooks::call(other, at::randn({2}));  // any hooked call lets go of the stale snapshots
+    called_again.set_value();
+    finish.get_future().wait();
+    modhooks::call(identity, at::randn({2}));
+  });
+  called.get_future().wait();
+  handle.remove();
+  removed.set_value();
+  called_again.get_future().wait();
+  EXPECT_EQ(token.use_count(), 1);
+  finish.set_value();
+  worker.join();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(other_calls, 1);
+
+  // A thread that ends lets go of everything it kept.
+  auto kept = std::make_shared<int>(0);
+  auto on_identity = counting_hook(*identity, calls, kept);
+  std::thread([&] { modhooks::call(identity, at::randn({2})); }).join();
+  EXPECT_EQ(calls, 2);
+  on_identity.remove();
+  EXPECT_EQ(kept.use_count(), 1);
+}
+
+TEST(CallSnapshots, ModulesThatShareACacheSlotEachRunTheirOwnHooks) {
+  // More modules than the cache has slots, called in two orders: many pairs share a slot, and
+  // each call must run its own module's hooks (and a pre-hook on every third one).
+  constexpr int kModules = 600;
+  std::vector<torch::nn::Identity> modules(kModules);
+  std::vector<int> seen;
+  std::vector<ScopedHandle> handles;
+  for (int i = 0; i < kModules; ++i) {
+    handles.emplace_back(modhooks::register_forward_hook(
+        modules[i], [&seen, i](torch::nn::Module&, const IValues&, const c10::IValue&) {
+          seen.push_back(i);
+        }));
+    if (i % 3 == 0) {
+      handles.emplace_back(modhooks::register_forward_pre_hook(
+          modules[i], [&seen, i](torch::nn::Module&, const IValues&) { seen.push_back(-i - 1); }));
+    }
+  }
+  std::vector<int> expected;
+  const at::Tensor x = at::randn({2});
+  for (int round = 0; round < 2; ++round) {
+    for (int k = 0; k < kModules; ++k) {
+      const int i = round == 0 ? k : kModules - 1 - k;
+      modhooks::call(modules[i], x);
+      if (i % 3 == 0) expected.push_back(-i - 1);
+      expected.push_back(i);
+    }
+  }
+  EXPECT_EQ(seen, expected);
+}
+
+TEST(CallSnapshots, AModuleCalledInsideItsOwnHookKeepsTheOuterCallsSnapshot) {
+  // The outer call's snapshot is pinned while it runs: a hook that registers another hook and
+  // then calls the module again gets the new hook in the inner call only, and the outer call
+  // goes on with the hooks it started with.
+  torch::nn::Identity identity;
+  std::vector<std::string> ran;
+  int depth = 0;
+  std::vector<ScopedHandle> handles;
+  const auto record = [&](const std::string& name) {
+    ran.push_back(name + std::to_string(depth));
+  };
+  handles.emplace_back(modhooks::register_forward_pre_hook(
+      identity, [&](torch::nn::Module&, const IValues&) { record("pre"); }));
+  handles.emplace_back(modhooks::register_forward_hook(
+      identity, [&](torch::nn::Module&, const IValues& args, const c10::IValue& out) {
+        record("post");
+        EXPECT_TRUE(out.toTensor().is_same(args[0].toTensor()));
+        if (depth > 0) return;
+        if (handles.size() == 3) {
+          handles.emplace_back(modhooks::register_forward_hook(
+              identity, [&](torch::nn::Module&, const IValues&, const c10::IValue&) {
+                record("late");
+              }));
+        }
+        ++depth;
+        modhooks::call(identity, at::randn({1}));
+        --depth;
+      }));
+  handles.emplace_back(modhooks::register_forward_hook(
+      identity, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { record("second"); }));
+  modhooks::call(identity, at::randn({3}));
+  EXPECT_EQ(ran, (std::vector<std::string>{"pre0", "post0", "pre1", "post1", "second1", "late1",
+                                           "second0"}));
+  ran.clear();
+  modhooks::call(identity, at::randn({3}));
+  EXPECT_EQ(ran, (std::vector<std::string>{"pre0", "post0", "pre1", "post1", "second1", "late1",
+                                           "second0", "late0"}));
+}
+
+TEST(CallSnapshots, CallsOnSeveralThreadsWhileAnotherThreadRegistersAndRemovesHooks) {
+  // Three threads call one module (and one of their own) through `call` while a fourth adds and
+  // removes forward hooks and pre-hooks on it: every call runs the standing hook once, and the
+  // threads' snapshots follow the edits (TSan runs this test).
+  torch::nn::Identity shared;
+  std::atomic<int> standing{0};
+  std::atomic<int> transient{0};
+  ScopedHandle on_shared(modhooks::register_forward_hook(
+      shared, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++standing; }));
+  constexpr int kThreads = 3;
+  constexpr int kCalls = 2000;
+  std::atomic<bool> done{false};
+  std::thread editor([&] {
+    while (!done.load()) {
+      ScopedHandle post(modhooks::register_forward_hook(
+          shared, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++transient; }));
+      ScopedHandle pre(modhooks::register_forward_pre_hook(
+          shared, [&](torch::nn::Module&, const IValues&) { ++transient; }));
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> callers;
+  std::vector<int> own_calls(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    callers.emplace_back([&, t] {
+      torch::nn::Identity own;
+      ScopedHandle on_own(modhooks::register_forward_hook(
+          own, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++own_calls[t]; }));
+      const at::Tensor x = at::randn({2});
+      for (int i = 0; i < kCalls; ++i) {
+        EXPECT_TRUE(modhooks::call(shared, x).is_same(x));
+        modhooks::call(own, x);
+      }
+    });
+  }
+  for (auto& caller : callers) caller.join();
+  done = true;
+  editor.join();
+  EXPECT_EQ(standing.load(), kThreads * kCalls);
+  EXPECT_EQ(own_calls, std::vector<int>(kThreads, kCalls));
+  const int after = transient.load();
+  modhooks::call(shared, at::randn({2}));
+  EXPECT_EQ(transient.load(), after);  // the editor's last hooks are gone
+}
+
+TEST(CallSnapshots, AModuleBuiltWhereAHookedOneDiedRunsNoneOfItsHooks) {
+  // Another module keeps hooks registered, so calls leave the fast path; a module built at a
+  // dead one's address must not be served the dead one's snapshots. The modules are not made by
+  // make_shared, whose block a weak reference keeps, so that the dead one's memory is freed.
+  torch::nn::Identity keeps_hooks_on;
+  ScopedHandle on_it(modhooks::register_forward_hook(
+      keeps_hooks_on, [](torch::nn::Module&, const IValues&, const c10::IValue&) {}));
+  using Module = std::shared_ptr<torch::nn::IdentityImpl>;
+  int calls = 0;
+  const at::Tensor x = at::randn({2});
+  int reused = 0;
+  for (int attempt = 0; attempt < 100 && reused < 3; ++attempt) {
+    const void* address = nullptr;
+    {
+      Module dead(new torch::nn::IdentityImpl());
+      modhooks::register_forward_hook(
+          dead, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++calls; });
+      modhooks::call(dead, x);
+      address = dead.get();
+    }
+    Module born(new torch::nn::IdentityImpl());
+    if (born.get() != address) continue;
+    ++reused;
+    const int before = calls;
+    modhooks::call(born, x);
+    EXPECT_EQ(calls, before);
+  }
+  EXPECT_GT(reused, 0) << "no module was built at a dead one's address";
+}
 }  // namespace
 
 TEST(Call, AReplacementForwardCannotHoldNamesTheHookAndTheModule) {

@@ -14,6 +14,8 @@ namespace detail {
 
 std::atomic<std::uint64_t> next_hook_id{1};
 std::atomic<std::int64_t> call_hooks_active{0};
+std::atomic<std::uint64_t> hook_lists_generation{0};
+std::atomic<void (*)()> hook_lists_changed_here{nullptr};
 HookedModuleFilter hooked_modules;
 
 }  // namespace detail

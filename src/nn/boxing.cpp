@@ -3,18 +3,18 @@
 #include "modhooks/nn/detail/boxing.h"
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
-void ShownArgsBuffer::resize(std::vector<c10::IValue>& args, std::size_t n) { args.resize(n); }
-
-std::vector<c10::IValue>* ShownArgsBuffer::take_nested(std::size_t n) {
-  return new std::vector<c10::IValue>(n);
+std::vector<c10::IValue>& ShownArgsBuffer::far_level() {
+  while (far.size() <= depth - kNear) far.push_back(std::make_unique<std::vector<c10::IValue>>());
+  return *far[depth - kNear];
 }
 
-void ShownArgsBuffer::give_back_nested(std::vector<c10::IValue>* args) noexcept { delete args; }
+void ShownArgsBuffer::resize(std::vector<c10::IValue>& args, std::size_t n) { args.resize(n); }
 
 }  // namespace detail
 MODHOOKS_END_NAMESPACE

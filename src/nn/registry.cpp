@@ -27,6 +27,94 @@ constinit ModuleTable<NnHooks, NnOwner> nn_hooks_table;
 ModuleTable<NnHooks, NnOwner> nn_hooks_table;
 #endif
 
+MODHOOKS_THREAD_LOCAL DispatchCache* nn_dispatch_cache = nullptr;
+
+namespace {
+
+MODHOOKS_THREAD_LOCAL bool dispatch_cache_gone = false;  // the thread is ending
+
+/// Deletes the thread's dispatch cache when the thread ends.
+struct DispatchCacheOwner {
+  DispatchCacheOwner() = default;
+  DispatchCacheOwner(const DispatchCacheOwner&) = delete;
+  DispatchCacheOwner& operator=(const DispatchCacheOwner&) = delete;
+  ~DispatchCacheOwner() {
+    dispatch_cache_gone = true;  // calls from the hooks' destructors take snapshots of their own
+    delete std::exchange(nn_dispatch_cache, nullptr);
+  }
+};
+
+/// What a slot held, dropped by the caller once the cache is consistent again: a hook's
+/// destructor may call modules.
+struct DroppedSnapshots {
+  HookSnapshots<torch::nn::Module> global;
+  HookSnapshots<torch::nn::Module> local;
+};
+
+/// Empties `slot`.
+DroppedSnapshots drop_slot(CachedDispatch& slot) noexcept {
+  slot.key = nullptr;
+  slot.owner = NnOwner();
+  return {std::move(slot.global), std::move(slot.local)};
+}
+
+/// Drops the slots taken before the lists last changed, but those in use; `generation` is the
+/// current one.
+void drop_stale_slots(DispatchCache& cache, std::uint64_t generation) noexcept {
+  if (cache.generation == generation) return;
+  cache.generation = generation;
+  for (CachedDispatch& slot : cache.slots) {
+    if (slot.key != nullptr && !slot.busy && slot.generation != generation) {
+      const DroppedSnapshots dropped = drop_slot(slot);
+    }
+  }
+}
+
+/// `hook_lists_changed_here`: a hook removed on this thread dies now, not at its next call.
+void release_thread_snapshots() {
+  if (DispatchCache* cache = nn_dispatch_cache) {
+    drop_stale_slots(*cache, hook_lists_generation.load(std::memory_order_acquire));
+  }
+}
+
+}  // namespace
+
+CachedDispatch* fill_cached_dispatch(const torch::nn::Module& module) {
+  DispatchCache* cache = nn_dispatch_cache;
+  if (cache == nullptr) {
+    if (dispatch_cache_gone) return nullptr;
+    static thread_local DispatchCacheOwner owner;  // constructed once per thread, here
+    cache = nn_dispatch_cache = new DispatchCache();
+    hook_lists_changed_here.store(&release_thread_snapshots, std::memory_order_release);
+  }
+  // Read before the snapshots are taken: a list changed meanwhile leaves the slot stale, never
+  // a stale slot looking current.
+  const std::uint64_t generation = hook_lists_generation.load(std::memory_order_acquire);
+  drop_stale_slots(*cache, generation);
+  CachedDispatch& slot = cache->slots[DispatchCache::index(&module)];
+  if (slot.busy) return nullptr;
+  const DroppedSnapshots dropped = drop_slot(slot);
+  slot.owner = NnOwner::of(module);
+  slot.global.take(global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0
+                       ? nullptr
+                       : global_hooks<torch::nn::Module>().get(),
+                   /*guarded=*/false);
+  nn_table<NnHooks>().visit(&module, [&](const std::shared_ptr<NnHooks>* hooks) {
+    if (hooks) slot.local.take(hooks->get(), /*guarded=*/true);
+  });
+  slot.generation = generation;
+  slot.key = &module;
+  slot.busy = true;  // before the old snapshots die, whose hooks' destructors may call modules
+  return &slot;
+}
+
+void release_stale_dispatch(CachedDispatch& slot) noexcept {
+  {
+    const DroppedSnapshots dropped = drop_slot(slot);
+  }
+  release_thread_snapshots();
+}
+
 std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module) {
   if (!hooked_modules.may_have_hooks(&module)) return nullptr;
   return entry_find(nn_table<NnHooks>(), module);

@@ -57,7 +57,7 @@ class NnCall {
  public:
   MODHOOKS_ALWAYS_INLINE NnCall(T& module, Args&... args) : module_(module), args_(&args...) {}
 
-  const HookArgs& args() {
+  MODHOOKS_ALWAYS_INLINE const HookArgs& args() {
     if (C10_UNLIKELY(replaced_.has_value())) return *replaced_;
     return shown_args();
   }
@@ -72,7 +72,6 @@ class NnCall {
     replaced_.reset();
   }
   MODHOOKS_ALWAYS_INLINE void forward() {
-    shown_.hide();  // a call nested in forward takes the thread's vector
     result_.emplace(std::apply([&](auto*... a) -> R { return module_.forward(*a...); }, args_));
   }
   MODHOOKS_ALWAYS_INLINE const HookArgs& forward_args() { return shown_args(); }
@@ -131,12 +130,22 @@ class NnCall {
   std::optional<ShownValue> output_;  // what forward hooks see, borrowed from `result_`
 };
 
-/// `call` when some hook exists somewhere: the module's and the global hook lists, snapshotted
-/// in one visit of its tables, around `forward` (`Dispatch::run`).
+/// The hooked call of `module` under `dispatch`'s snapshots.
 template <class T, class... Args>
-C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
+MODHOOKS_ALWAYS_INLINE inline auto run_hooked(Dispatch<torch::nn::Module>& dispatch, T& module,
+                                       Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
   using R = decltype(module.forward(std::forward<Args>(args)...));
+  NnCall<T, R, Args...> call(module, args...);
+  dispatch.run(module, call);
+  return call.result();
+}
+
+/// `call_with_hooks` where this thread's cache cannot lend the snapshots (see `cached_dispatch`):
+/// the module's and the global lists snapshotted in one visit of its tables.
+template <class T, class... Args>
+C10_NOINLINE auto call_with_own_snapshots(T& module, Args&&... args)
+    -> decltype(module.forward(std::forward<Args>(args)...)) {
   torch::nn::Module& base = module;
   const NnHooks* global =
       C10_LIKELY(global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0)
@@ -144,9 +153,40 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
           : global_hooks<torch::nn::Module>().get();
   Dispatch<torch::nn::Module> dispatch = dispatch_for(base, global);
   if (C10_UNLIKELY(dispatch.empty())) return module.forward(std::forward<Args>(args)...);
-  NnCall<T, R, Args...> call(module, args...);
-  dispatch.run(base, call);
-  return call.result();
+  return run_hooked(dispatch, module, std::forward<Args>(args)...);
+}
+
+/// Clears the pin of a cached dispatch when the call ends, and drops the snapshots if hook
+/// lists changed meanwhile.
+class PinnedDispatch {
+ public:
+  MODHOOKS_ALWAYS_INLINE explicit PinnedDispatch(CachedDispatch& slot) noexcept : slot_(slot) {}
+  MODHOOKS_ALWAYS_INLINE ~PinnedDispatch() {
+    slot_.busy = false;
+    if (C10_UNLIKELY(slot_.generation != hook_lists_generation.load(std::memory_order_relaxed))) {
+      release_stale_dispatch(slot_);
+    }
+  }
+  PinnedDispatch(const PinnedDispatch&) = delete;
+  PinnedDispatch& operator=(const PinnedDispatch&) = delete;
+
+ private:
+  CachedDispatch& slot_;
+};
+
+/// `call` when some hook exists somewhere: the module's and the global hook lists, borrowed from
+/// this thread's cache, around `forward` (`Dispatch::run`).
+template <class T, class... Args>
+C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
+    -> decltype(module.forward(std::forward<Args>(args)...)) {
+  CachedDispatch* cached = cached_dispatch(module);
+  if (C10_UNLIKELY(cached == nullptr)) {
+    return call_with_own_snapshots(module, std::forward<Args>(args)...);
+  }
+  const PinnedDispatch pinned(*cached);
+  if (C10_UNLIKELY(cached->empty())) return module.forward(std::forward<Args>(args)...);
+  Dispatch<torch::nn::Module> dispatch(cached->global, cached->local);
+  return run_hooked(dispatch, module, std::forward<Args>(args)...);
 }
 
 }  // namespace detail

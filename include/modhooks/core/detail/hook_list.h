@@ -25,6 +25,22 @@ namespace detail {
 /// library (src/core/process_state.cpp).
 extern std::atomic<std::int64_t> call_hooks_active;
 
+/// Bumped after every change of a hook list (a hook added or removed, a list destroyed): a
+/// snapshot that a thread keeps between calls (nn's dispatch cache) is current while the
+/// generation it was taken at still is. Defined in the library (src/core/process_state.cpp).
+extern std::atomic<std::uint64_t> hook_lists_generation;
+
+/// Run on the thread that changed a hook list, once the change is made and the list's locks are
+/// released (null until a kind that keeps snapshots between calls sets it): nn's dispatch cache
+/// drops this thread's snapshots there, so that a hook removed on the thread that calls its
+/// module dies at its removal, as in Python. Defined in the library (src/core/process_state.cpp).
+extern std::atomic<void (*)()> hook_lists_changed_here;
+
+/// Tells `hook_lists_changed_here`, if set.
+inline void tell_hook_lists_changed() {
+  if (void (*changed)() = hook_lists_changed_here.load(std::memory_order_acquire)) changed();
+}
+
 /// Told how many hooks a list gained or lost, beside `call_hooks_active`: the filter of hooked
 /// modules is kept this way, and TorchScript models rewrite their code when their first inner
 /// hook arrives and restore it when the last one goes.
@@ -156,9 +172,11 @@ class HookList final : public HookTableBase {
   HookList(const HookList&) = delete;
   HookList& operator=(const HookList&) = delete;
   ~HookList() override {
+    hook_lists_generation.fetch_add(1, std::memory_order_release);
     const auto n = static_cast<std::int64_t>(entries_->size());
     if (counter_) counter_->fetch_sub(n);
     if (observer_ && n) observer_->hooks_changed(-n);
+    tell_hook_lists_changed();
   }
 
   /// Appends the hook, or puts it first with `prepend` (Python's `move_to_end(last=False)`).
@@ -180,6 +198,7 @@ class HookList final : public HookTableBase {
       if (counter_) counter_->fetch_add(1);
     }
     if (observer_) observer_->hooks_changed(1);
+    tell_hook_lists_changed();
     return id;
   }
 
@@ -197,6 +216,7 @@ class HookList final : public HookTableBase {
       if (counter_) counter_->fetch_sub(1);
     }
     if (observer_) observer_->hooks_changed(-1);
+    tell_hook_lists_changed();
   }
 
   /// The hooks as they are now, in call order (null when there are none); later changes do
@@ -239,6 +259,7 @@ class HookList final : public HookTableBase {
     }
     bits_ = bits;
     size_.store(entries_->size(), std::memory_order_release);
+    hook_lists_generation.fetch_add(1, std::memory_order_release);
   }
 
   // What a hooked call reads, first after the vtable pointer: one cache line with the word of

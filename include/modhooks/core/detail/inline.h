@@ -12,3 +12,12 @@
 #define MODHOOKS_ALWAYS_INLINE
 #define MODHOOKS_COLD
 #endif
+
+/// A thread-local variable of a trivial type that a hooked call reads inline from the caller's
+/// code: GNU's `__thread` is one load relative to the thread pointer, where an `extern
+/// thread_local` declared before C++20's `constinit` also calls its initialisation wrapper.
+#if defined(__GNUC__) || defined(__clang__)
+#define MODHOOKS_THREAD_LOCAL __thread
+#else
+#define MODHOOKS_THREAD_LOCAL thread_local
+#endif

@@ -112,17 +112,28 @@ class Dispatch {
       : Dispatch(global) {
     take_module_hooks(local, local_guarded);
   }
+  /// Borrows snapshots taken earlier, `global`'s and the module's `local`, which must outlive
+  /// this dispatch: a call that takes no reference at all (nn's dispatch cache lends them).
+  MODHOOKS_ALWAYS_INLINE Dispatch(const HookSnapshots<M>& global, const HookSnapshots<M>& local)
+      : global_(&global), local_(&local), kinds_(global.kinds() | local.kinds()) {}
   /// Snapshots the lists of `global` alone; the module's follow with `take_module_hooks`.
   MODHOOKS_ALWAYS_INLINE explicit Dispatch(const ModuleHooks<M>* global)
-      : global_(global, false), kinds_(global_.kinds()) {}
+      : own_global_(global, false), kinds_(own_global_.kinds()) {}
   /// Snapshots the module's lists, `local` (see the constructor); once, before the call runs.
   MODHOOKS_ALWAYS_INLINE void take_module_hooks(const ModuleHooks<M>* local, bool local_guarded) {
-    local_.take(local, local_guarded);
-    kinds_ |= local_.kinds();
+    own_local_.take(local, local_guarded);
+    kinds_ |= own_local_.kinds();
   }
   /// Inlined as the rest of a hooked call: its lists' snapshots are a few bit tests to drop.
   MODHOOKS_ALWAYS_INLINE ~Dispatch() = default;
-  Dispatch(Dispatch&&) noexcept = default;
+  Dispatch(Dispatch&& other) noexcept
+      : own_global_(std::move(other.own_global_)),
+        own_local_(std::move(other.own_local_)),
+        global_(other.global_ == &other.own_global_ ? &own_global_ : other.global_),
+        local_(other.local_ == &other.own_local_ ? &own_local_ : other.local_),
+        kinds_(other.kinds_),
+        backward_(std::move(other.backward_)),
+        started_(other.started_) {}
   Dispatch& operator=(Dispatch&&) = delete;
 
   bool has_pre_hooks() const { return (kinds_ & Hooks::kForwardPre) != 0; }
@@ -185,10 +196,10 @@ class Dispatch {
     }
     if (has_pre_hooks()) {
       bool replaced = false;
-      if (C10_UNLIKELY(global_.forward_pre() != nullptr)) {
-        replaced = run_pre_hooks_cold(*global_.forward_pre(), module, call);
+      if (C10_UNLIKELY(global_->forward_pre() != nullptr)) {
+        replaced = run_pre_hooks_cold(*global_->forward_pre(), module, call);
       }
-      if (const auto* hooks = local_.forward_pre()) {
+      if (const auto* hooks = local_->forward_pre()) {
         replaced |= run_pre_hooks(*hooks, module, call);
       }
       if (C10_UNLIKELY(replaced)) call.accept_args();
@@ -204,10 +215,10 @@ class Dispatch {
       const HookArgs& args = call.forward_args();
       ShownValue& output = call.output();
       bool replaced = false;
-      if (C10_UNLIKELY(global_.forward() != nullptr)) {
-        replaced = run_forward_hooks_cold(*global_.forward(), module, args, output);
+      if (C10_UNLIKELY(global_->forward() != nullptr)) {
+        replaced = run_forward_hooks_cold(*global_->forward(), module, args, output);
       }
-      if (const auto* hooks = local_.forward()) {
+      if (const auto* hooks = local_->forward()) {
         replaced |= run_forward_hooks(*hooks, module, args, output);
       }
       if (C10_UNLIKELY(replaced)) call.accept_output();
@@ -224,7 +235,7 @@ class Dispatch {
   MODHOOKS_COLD void make_backward_hook(M& module, Call& call) {
     std::shared_ptr<M> alive = call.keep_alive();
     M& hooked = alive ? *alive : module;
-    backward_ = c10::make_intrusive<BackwardHook<M>>(hooked, std::move(alive), global_, local_);
+    backward_ = c10::make_intrusive<BackwardHook<M>>(hooked, std::move(alive), *global_, *local_);
   }
 
   /// Runs the pre-hooks `hooks`; true where one replaced the args.
@@ -298,14 +309,17 @@ class Dispatch {
         }
       }
     };
-    run(global_.forward(), "global module ");
-    run(local_.forward(), "module ");
+    run(global_->forward(), "global module ");
+    run(local_->forward(), "module ");
   }
 
   using Hooks = ModuleHooks<M>;
 
-  HookSnapshots<M> global_;
-  HookSnapshots<M> local_;
+  HookSnapshots<M> own_global_;  // the snapshots this dispatch took, where it took them
+  HookSnapshots<M> own_local_;
+  const HookSnapshots<M>* global_ = &own_global_;  // the global lists it runs
+  const HookSnapshots<M>* local_ = &own_local_;    // the module's
+
   std::uint32_t kinds_;  // which kinds of hooks the snapshots hold (`ModuleHooks::Kind`)
   c10::intrusive_ptr<BackwardHookBase> backward_;
   std::size_t started_ = 0;  // forward hooks started, in the order they run

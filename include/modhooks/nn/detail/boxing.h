@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -138,29 +139,35 @@ std::vector<c10::IValue> box_all(const std::tuple<Ts...>& values) {
   return boxed;
 }
 
-/// The vector of `args` that forward hooks see: one per thread, kept between calls at the size
-/// of the last one, its elements None, so that a hooked call neither allocates nor calls out of
-/// line to fill it. A call nested inside a hook, which finds it in use, takes a vector of its own.
+/// The vectors of `args` that hooks see: one per level of hooked calls under way on this thread
+/// (a call inside forward or inside a hook is one level up), each kept between calls at the size
+/// of its last one, its elements None, so that a hooked call neither allocates nor calls out of
+/// line to fill it. Levels are taken and given back last-in first-out, as calls nest.
 struct ShownArgsBuffer {
-  std::vector<c10::IValue> args;
-  bool busy = false;
+  static constexpr std::size_t kNear = 8;  // levels held in the thread's own storage
+  std::vector<c10::IValue> near[kNear];
+  std::vector<std::unique_ptr<std::vector<c10::IValue>>> far;  // the levels above, made as reached
+  std::size_t depth = 0;                                       // levels in use
 
   static ShownArgsBuffer& of_this_thread() noexcept {
     static thread_local ShownArgsBuffer buffer;
     return buffer;
   }
-  /// The rare cases, out of the hooked call's way: a vector of another size, a nested call's own.
+  /// The vector of level `depth`: the first levels are one load away from the thread's storage.
+  MODHOOKS_ALWAYS_INLINE std::vector<c10::IValue>& level() {
+    return C10_LIKELY(depth < kNear) ? near[depth] : far_level();
+  }
+  /// The rare cases, out of the hooked call's way: a level above the near ones, a vector of
+  /// another size.
+  MODHOOKS_COLD std::vector<c10::IValue>& far_level();
   MODHOOKS_COLD static void resize(std::vector<c10::IValue>& args, std::size_t n);
-  MODHOOKS_COLD static std::vector<c10::IValue>* take_nested(std::size_t n);
-  MODHOOKS_COLD static void give_back_nested(std::vector<c10::IValue>* args) noexcept;
 };
 
 /// The `args` hooks see: forward's arguments `values` (a tuple of values or references), boxed,
 /// with tensors borrowed (see `ShownValue`) from `values`, which outlive the showing. Which
 /// elements are borrowed is known from the types, so taking and giving back the vector is a few
 /// stores per argument. Empty until `show`, and again after `hide`: a call shows its arguments
-/// only to the hooks that run, and hides them while forward runs (a call nested in forward takes
-/// the thread's vector).
+/// only to the hooks that run.
 template <class Tuple>
 class ShownArgs {
   static constexpr std::size_t kSize = std::tuple_size_v<Tuple>;
@@ -178,15 +185,12 @@ class ShownArgs {
   /// Shows `values`; nothing may be shown already.
   MODHOOKS_ALWAYS_INLINE void show(const Tuple& values) {
     ShownArgsBuffer& buffer = ShownArgsBuffer::of_this_thread();
-    if (C10_LIKELY(!buffer.busy)) {
-      // Resized before it is marked busy: a resize that throws must not leave it taken.
-      if (C10_UNLIKELY(buffer.args.size() != kSize)) ShownArgsBuffer::resize(buffer.args, kSize);
-      buffer.busy = true;
-      buffer_ = &buffer;
-      args_ = &buffer.args;
-    } else {
-      args_ = ShownArgsBuffer::take_nested(kSize);
-    }
+    std::vector<c10::IValue>& args = buffer.level();
+    // Resized before the level is taken: a resize that throws must not leave it taken.
+    if (C10_UNLIKELY(args.size() != kSize)) ShownArgsBuffer::resize(args, kSize);
+    ++buffer.depth;
+    buffer_ = &buffer;
+    args_ = &args;
     filled_ = 0;
     if constexpr (kAllBorrowed) {
       fill(values, std::make_index_sequence<kSize>{});
@@ -229,15 +233,10 @@ class ShownArgs {
   }
 
   /// Leaves every slot None again: a borrowed tensor forgotten without a release, an owned value
-  /// released; then frees the thread's vector.
+  /// released; then gives the level back.
   MODHOOKS_ALWAYS_INLINE void give_back() noexcept {
     clear(std::make_index_sequence<kSize>{});
-    if (C10_LIKELY(buffer_ != nullptr)) {
-      buffer_->busy = false;
-      buffer_ = nullptr;
-    } else {
-      ShownArgsBuffer::give_back_nested(args_);
-    }
+    --buffer_->depth;
     args_ = nullptr;
   }
   template <std::size_t... I>
@@ -256,7 +255,7 @@ class ShownArgs {
   }
 
   std::vector<c10::IValue>* args_ = nullptr;  // null: nothing shown
-  ShownArgsBuffer* buffer_ = nullptr;         // null: `args_` is a nested call's own
+  ShownArgsBuffer* buffer_ = nullptr;         // whose level `args_` is
   std::size_t filled_ = 0;  // slots filled so far (an owned value's boxing may throw)
 };
 

@@ -4,8 +4,12 @@
 
 #include <torch/nn/module.h>
 
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 
+#include "modhooks/core/detail/hook_list.h"
 #include "modhooks/core/detail/inline.h"
 #include "modhooks/core/detail/module_table.h"
 #include "modhooks/dispatch/detail/dispatch.h"
@@ -55,6 +59,65 @@ MODHOOKS_ALWAYS_INLINE inline Dispatch<torch::nn::Module> dispatch_for(
 
 /// The hook tables of `module`, created on first use.
 std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module);
+
+/// The snapshots of one module's lists and the global ones, as this thread last took them (see
+/// `DispatchCache`). Two cache lines, aligned: what a hit reads is in them alone.
+struct alignas(64) CachedDispatch {
+  const torch::nn::Module* key = nullptr;  // null: holds nothing
+  std::uint64_t generation = 0;            // `hook_lists_generation` when taken
+  NnOwner owner;       // tells a new module at `key` from the one whose snapshots these are
+  bool busy = false;   // a call under way on this thread borrows the snapshots
+  HookSnapshots<torch::nn::Module> global;
+  HookSnapshots<torch::nn::Module> local;
+
+  bool empty() const noexcept { return (global.kinds() | local.kinds()) == 0; }
+};
+
+/// The snapshots of the modules this thread called last, so that a hooked call borrows them
+/// (see `Dispatch`'s borrowing constructor) instead of taking the table's lock and a reference to
+/// each list: while no hook list anywhere changed since they were taken, they are the lists a new
+/// snapshot would give. A slot per module address, direct-mapped. The slots hold references, so
+/// a removed hook lives on in the caches that hold it until each lets go of its stale slots: the
+/// removing thread's at once (`hook_lists_changed_here`), a slot in use when its call ends, and
+/// another thread's at its next hooked call or when it ends.
+struct DispatchCache {
+  static constexpr int kBits = 8;
+  static std::size_t index(const void* key) noexcept {
+    const auto x = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(key));
+    return static_cast<std::size_t>((x * 0x9E3779B97F4A7C15ull) >> (64 - kBits));
+  }
+  std::uint64_t generation = 0;  // the slots not in use were dropped at this generation
+  CachedDispatch slots[std::size_t{1} << kBits];
+};
+
+/// This thread's cache, made by its first hooked call and deleted when it ends (src/nn/registry.cpp).
+extern MODHOOKS_THREAD_LOCAL DispatchCache* nn_dispatch_cache;
+
+/// `cached_dispatch` where the slot of `module` is not current: takes the snapshots anew into it
+/// and pins it. Null where the slot is in use by a call under way on this thread (`module` called
+/// inside its own call, or another module whose slot it shares), or the thread is ending.
+MODHOOKS_COLD CachedDispatch* fill_cached_dispatch(const torch::nn::Module& module);
+
+/// Unpins `slot` after its call, during which hook lists changed: the snapshots it held die now
+/// (a hook that removed itself dies when its call ends, as in Python), with this thread's other
+/// stale ones.
+MODHOOKS_COLD void release_stale_dispatch(CachedDispatch& slot) noexcept;
+
+/// The current snapshots of `module`'s lists and the global ones, pinned for the call (`busy`,
+/// which the caller clears): without a lock or a reference while they are in this thread's
+/// cache. Null where the call must take snapshots of its own (see `fill_cached_dispatch`).
+MODHOOKS_ALWAYS_INLINE inline CachedDispatch* cached_dispatch(const torch::nn::Module& module) {
+  if (DispatchCache* cache = nn_dispatch_cache; C10_LIKELY(cache != nullptr)) {
+    CachedDispatch& slot = cache->slots[DispatchCache::index(&module)];
+    if (C10_LIKELY(slot.key == &module &&
+                   slot.generation == hook_lists_generation.load(std::memory_order_relaxed) &&
+                   !slot.busy && slot.owner.alive())) {
+      slot.busy = true;
+      return &slot;
+    }
+  }
+  return fill_cached_dispatch(module);
+}
 
 }  // namespace detail
 MODHOOKS_END_NAMESPACE
