@@ -44,8 +44,8 @@ struct DispatchCacheOwner {
   }
 };
 
-/// What a slot held, dropped by the caller once the cache is consistent again: a hook's
-/// destructor may call modules.
+/// What a slot held, which dies after the slot was emptied: a hook's destructor may call
+/// modules, which must find the cache consistent.
 struct DroppedSnapshots {
   HookSnapshots<torch::nn::Module> global;
   HookSnapshots<torch::nn::Module> local;
@@ -64,9 +64,7 @@ void drop_stale_slots(DispatchCache& cache, std::uint64_t generation) noexcept {
   if (cache.generation == generation) return;
   cache.generation = generation;
   for (CachedDispatch& slot : cache.slots) {
-    if (slot.key != nullptr && !slot.busy && slot.generation != generation) {
-      const DroppedSnapshots dropped = drop_slot(slot);
-    }
+    if (slot.key != nullptr && !slot.busy && slot.generation != generation) drop_slot(slot);
   }
 }
 
@@ -109,9 +107,7 @@ CachedDispatch* fill_cached_dispatch(const torch::nn::Module& module) {
 }
 
 void release_stale_dispatch(CachedDispatch& slot) noexcept {
-  {
-    const DroppedSnapshots dropped = drop_slot(slot);
-  }
+  drop_slot(slot);  // what it held dies here, the slot already empty
   release_thread_snapshots();
 }
 

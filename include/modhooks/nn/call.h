@@ -133,7 +133,7 @@ class NnCall {
 /// The hooked call of `module` under `dispatch`'s snapshots.
 template <class T, class... Args>
 MODHOOKS_ALWAYS_INLINE inline auto run_hooked(Dispatch<torch::nn::Module>& dispatch, T& module,
-                                       Args&&... args)
+                                              Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
   using R = decltype(module.forward(std::forward<Args>(args)...));
   NnCall<T, R, Args...> call(module, args...);

@@ -65,8 +65,8 @@ std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module);
 struct alignas(64) CachedDispatch {
   const torch::nn::Module* key = nullptr;  // null: holds nothing
   std::uint64_t generation = 0;            // `hook_lists_generation` when taken
-  NnOwner owner;       // tells a new module at `key` from the one whose snapshots these are
-  bool busy = false;   // a call under way on this thread borrows the snapshots
+  NnOwner owner;      // tells a new module at `key` from the one whose snapshots these are
+  bool busy = false;  // a call under way on this thread borrows the snapshots
   HookSnapshots<torch::nn::Module> global;
   HookSnapshots<torch::nn::Module> local;
 
@@ -90,7 +90,8 @@ struct DispatchCache {
   CachedDispatch slots[std::size_t{1} << kBits];
 };
 
-/// This thread's cache, made by its first hooked call and deleted when it ends (src/nn/registry.cpp).
+/// This thread's cache, made by its first hooked call and deleted when it ends
+/// (src/nn/registry.cpp).
 extern MODHOOKS_THREAD_LOCAL DispatchCache* nn_dispatch_cache;
 
 /// `cached_dispatch` where the slot of `module` is not current: takes the snapshots anew into it
