@@ -345,23 +345,28 @@ modhooks::RemovableHandle counting_hook(torch::nn::Module& module, int& calls,
       module, [&calls, token](torch::nn::Module&, const IValues&, const c10::IValue&) { ++calls; });
 }
 
-TEST(CallSnapshots, AHookRemovedOnTheCallingThreadDiesAtItsRemoval) {
+/// Two modules with a counting hook each; `token` is held by `identity`'s hook alone.
+struct TwoHookedModules {
   torch::nn::Identity identity;
   torch::nn::Identity other;
   int calls = 0;
   int other_calls = 0;
-  auto token = std::make_shared<int>(0);
-  ScopedHandle on_other(counting_hook(*other, other_calls, std::make_shared<int>(0)));
-  auto handle = counting_hook(*identity, calls, token);
-  modhooks::call(identity, at::randn({2}));
-  modhooks::call(identity, at::randn({2}));
-  EXPECT_EQ(calls, 2);
-  handle.remove();
-  EXPECT_EQ(token.use_count(), 1);  // neither the list nor this thread's snapshots hold it
-  modhooks::call(identity, at::randn({2}));
-  modhooks::call(other, at::randn({2}));
-  EXPECT_EQ(calls, 2);
-  EXPECT_EQ(other_calls, 1);
+  std::shared_ptr<int> token = std::make_shared<int>(0);
+  ScopedHandle on_other{counting_hook(*other, other_calls, std::make_shared<int>(0))};
+  modhooks::RemovableHandle handle{counting_hook(*identity, calls, token)};
+};
+
+TEST(CallSnapshots, AHookRemovedOnTheCallingThreadDiesAtItsRemoval) {
+  TwoHookedModules m;
+  modhooks::call(m.identity, at::randn({2}));
+  modhooks::call(m.identity, at::randn({2}));
+  EXPECT_EQ(m.calls, 2);
+  m.handle.remove();
+  EXPECT_EQ(m.token.use_count(), 1);  // neither the list nor this thread's snapshots hold it
+  modhooks::call(m.identity, at::randn({2}));
+  modhooks::call(m.other, at::randn({2}));
+  EXPECT_EQ(m.calls, 2);
+  EXPECT_EQ(m.other_calls, 1);
 }
 
 TEST(CallSnapshots, AHookThatRemovesItselfDiesWhenItsCallEnds) {
@@ -385,41 +390,35 @@ TEST(CallSnapshots, AHookThatRemovesItselfDiesWhenItsCallEnds) {
 }
 
 TEST(CallSnapshots, AnotherThreadLetsGoOfARemovedHookAtItsNextHookedCallOrItsEnd) {
-  torch::nn::Identity identity;
-  torch::nn::Identity other;
-  int calls = 0;
-  int other_calls = 0;
-  auto token = std::make_shared<int>(0);
-  ScopedHandle on_other(counting_hook(*other, other_calls, std::make_shared<int>(0)));
-  auto handle = counting_hook(*identity, calls, token);
+  TwoHookedModules m;
   std::promise<void> called;
   std::promise<void> removed;
   std::promise<void> called_again;
   std::promise<void> finish;
   std::thread worker([&] {
-    modhooks::call(identity, at::randn({2}));
+    modhooks::call(m.identity, at::randn({2}));
     called.set_value();
     removed.get_future().wait();
-    modhooks::call(other, at::randn({2}));  // any hooked call lets go of the stale snapshots
+    modhooks::call(m.other, at::randn({2}));  // any hooked call lets go of the stale snapshots
     called_again.set_value();
     finish.get_future().wait();
-    modhooks::call(identity, at::randn({2}));
+    modhooks::call(m.identity, at::randn({2}));
   });
   called.get_future().wait();
-  handle.remove();
+  m.handle.remove();
   removed.set_value();
   called_again.get_future().wait();
-  EXPECT_EQ(token.use_count(), 1);
+  EXPECT_EQ(m.token.use_count(), 1);
   finish.set_value();
   worker.join();
-  EXPECT_EQ(calls, 1);
-  EXPECT_EQ(other_calls, 1);
+  EXPECT_EQ(m.calls, 1);
+  EXPECT_EQ(m.other_calls, 1);
 
   // A thread that ends lets go of everything it kept.
   auto kept = std::make_shared<int>(0);
-  auto on_identity = counting_hook(*identity, calls, kept);
-  std::thread([&] { modhooks::call(identity, at::randn({2})); }).join();
-  EXPECT_EQ(calls, 2);
+  auto on_identity = counting_hook(*m.identity, m.calls, kept);
+  std::thread([&] { modhooks::call(m.identity, at::randn({2})); }).join();
+  EXPECT_EQ(m.calls, 2);
   on_identity.remove();
   EXPECT_EQ(kept.use_count(), 1);
 }
