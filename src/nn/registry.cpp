@@ -93,10 +93,7 @@ CachedDispatch* fill_cached_dispatch(const torch::nn::Module& module) {
   if (slot.busy) return nullptr;
   const DroppedSnapshots dropped = drop_slot(slot);
   slot.owner = NnOwner::of(module);
-  slot.global.take(global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0
-                       ? nullptr
-                       : global_hooks<torch::nn::Module>().get(),
-                   /*guarded=*/false);
+  slot.global.take(active_global_hooks(), /*guarded=*/false);
   nn_table<NnHooks>().visit(&module, [&](const std::shared_ptr<NnHooks>* hooks) {
     if (hooks) slot.local.take(hooks->get(), /*guarded=*/true);
   });

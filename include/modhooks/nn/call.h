@@ -147,11 +147,7 @@ template <class T, class... Args>
 C10_NOINLINE auto call_with_own_snapshots(T& module, Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
   torch::nn::Module& base = module;
-  const NnHooks* global =
-      C10_LIKELY(global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0)
-          ? nullptr
-          : global_hooks<torch::nn::Module>().get();
-  Dispatch<torch::nn::Module> dispatch = dispatch_for(base, global);
+  Dispatch<torch::nn::Module> dispatch = dispatch_for(base, active_global_hooks());
   if (C10_UNLIKELY(dispatch.empty())) return module.forward(std::forward<Args>(args)...);
   return run_hooked(dispatch, module, std::forward<Args>(args)...);
 }

@@ -42,6 +42,14 @@ inline ModuleTable<NnHooks, NnOwner>& nn_table<NnHooks>() noexcept {
 /// The hook tables of `module`, or null when it has none.
 std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module);
 
+/// The global tables of nn modules where global hooks exist, else null: what a call snapshots
+/// beside the module's own lists.
+MODHOOKS_ALWAYS_INLINE inline const NnHooks* active_global_hooks() {
+  return C10_LIKELY(global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0)
+             ? nullptr
+             : global_hooks<torch::nn::Module>().get();
+}
+
 /// The dispatch of one call of `module`: snapshots of its hook lists, taken under the table's
 /// lock, and of `global`'s (null where no global hooks apply). Inlined into the hooked call, as
 /// everything a call runs between forward and its hooks.
