@@ -40,6 +40,22 @@ struct PairSumImpl : torch::nn::Module {
 };
 TORCH_MODULE(PairSum);
 
+struct ThreeInImpl : torch::nn::Module {
+  at::Tensor forward(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
+    return a + b.sum() + c.sum();
+  }
+};
+TORCH_MODULE(ThreeIn);
+
+struct RecordsInputImpl : torch::nn::Module {
+  at::Tensor forward(const at::Tensor& x) {
+    received = x;
+    return x * 2;
+  }
+  at::Tensor received;
+};
+TORCH_MODULE(RecordsInput);
+
 TEST(Call, WithoutHooksIsForward) {
   EXPECT_EQ(modhooks::detail::call_hooks_active.load(), 0);
   torch::nn::Linear linear(3, 2);
@@ -241,6 +257,25 @@ TEST(Call, AHookedCallInsideAHookKeepsTheOuterArguments) {
   EXPECT_EQ(outer_saw_x, std::vector<bool>(2, true));
 }
 
+TEST(Call, ForwardHooksSeeTheArgumentsTheBackwardWiringGaveForward) {
+  // As Python's `_call_impl`: with full backward hooks, forward receives the inputs wrapped in the
+  // wiring's node, and forward hooks see those, not the caller's.
+  RecordsInput module;
+  int seen = 0;
+  ScopedHandle backward(modhooks::register_full_backward_hook(
+      module, [](torch::nn::Module&, const modhooks::TensorList&, const modhooks::TensorList&) {}));
+  ScopedHandle forward(modhooks::register_forward_hook(
+      module, [&](torch::nn::Module&, const IValues& args, const c10::IValue&) {
+        ASSERT_EQ(args.size(), 1u);
+        EXPECT_TRUE(args[0].toTensor().is_same(module->received));
+        ++seen;
+      }));
+  const at::Tensor x = at::randn({3}).requires_grad_();
+  modhooks::call(module, x);
+  EXPECT_FALSE(module->received.is_same(x));
+  EXPECT_EQ(seen, 1);
+}
+
 TEST(Call, AlwaysCalledHooksSeeTheOutputAnEarlierHookRaisedOn) {
   torch::nn::Identity identity;
   at::Tensor x = at::randn({2});
@@ -301,9 +336,10 @@ TEST(Call, EachCallRunsTheKindsOfHooksTheModuleHasNow) {
   EXPECT_EQ(ran, std::vector<std::string>{"raises"});
 }
 
-TEST(Call, CallsNestedDeeperThanTheThreadsNearLevelsEachSeeTheirOwnArguments) {
-  // Each level of nested hooked calls shows its arguments in a vector of its own; the first
-  // eight are kept in the thread's storage, the ones above are made as reached.
+TEST(Call, CallsOfAModuleNestedInItsOwnHooksEachSeeTheirOwnArguments) {
+  // Each level of nested hooked calls shows its arguments in a vector of its own: the outermost
+  // in its slot of the thread's cache, the ones inside it, which find that slot in use, in
+  // vectors of their own.
   torch::nn::Identity identity;
   constexpr int kDepth = 12;
   std::vector<at::Tensor> passed;
@@ -450,6 +486,48 @@ TEST(CallSnapshots, ModulesThatShareACacheSlotEachRunTheirOwnHooks) {
     }
   }
   EXPECT_EQ(seen, expected);
+}
+
+TEST(CallSnapshots, ModulesOfOtherAritiesThatShareACacheSlotEachSeeTheirOwnArguments) {
+  // A slot's vector of shown arguments is kept at the size of its last call: modules taking one,
+  // two and three tensors share slots (more modules than slots), and each call's hooks must see
+  // exactly its own arguments.
+  constexpr int kModules = 600;
+  std::vector<torch::nn::Identity> ones;
+  std::vector<testnets::TwoOut> twos;
+  std::vector<ThreeIn> threes;
+  std::vector<ScopedHandle> handles;
+  const std::vector<at::Tensor> x{at::randn({1}), at::randn({2}), at::randn({3})};
+  std::size_t expected_size = 0;
+  int checked = 0;
+  const auto check = [&](const IValues& args) {
+    ASSERT_EQ(args.size(), expected_size);
+    for (std::size_t i = 0; i < args.size(); ++i) EXPECT_TRUE(args[i].toTensor().is_same(x[i]));
+    ++checked;
+  };
+  const auto hook = [&](auto& module) {
+    handles.emplace_back(modhooks::register_forward_pre_hook(
+        module, [&](torch::nn::Module&, const IValues& args) { check(args); }));
+    handles.emplace_back(modhooks::register_forward_hook(
+        module, [&](torch::nn::Module&, const IValues& args, const c10::IValue&) { check(args); }));
+  };
+  for (int i = 0; i < kModules / 3; ++i) {
+    hook(ones.emplace_back());
+    hook(twos.emplace_back());
+    hook(threes.emplace_back());
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (int k = 0; k < kModules / 3; ++k) {
+      const auto i = static_cast<std::size_t>(round == 0 ? k : kModules / 3 - 1 - k);
+      expected_size = 1;
+      modhooks::call(ones[i], x[0]);
+      expected_size = 2;
+      modhooks::call(twos[i], x[0], x[1]);
+      expected_size = 3;
+      modhooks::call(threes[i], x[0], x[1], x[2]);
+    }
+  }
+  EXPECT_EQ(checked, 2 * 2 * kModules);
 }
 
 TEST(CallSnapshots, AModuleCalledInsideItsOwnHookKeepsTheOuterCallsSnapshot) {

@@ -113,7 +113,8 @@ HookedCall::HookedCall(torch::jit::Module module, const std::shared_ptr<JitHooks
                        std::shared_ptr<const CallSite> site)
     : module_(std::move(module)),
       site_(std::move(site)),
-      dispatch_(global_hooks<torch::jit::Module>().get(), hooks.get()),
+      snapshots_(global_hooks<torch::jit::Module>().get(), hooks.get()),
+      dispatch_(snapshots_),
       call_{&module_, site_.get(), nullptr, {}, {}} {}
 
 c10::IValue HookedCall::run(std::vector<c10::IValue> args,

@@ -82,6 +82,7 @@ class HookedCall : public torch::CustomClassHolder {
  private:
   torch::jit::Module module_;
   std::shared_ptr<const CallSite> site_;
+  CallSnapshots<torch::jit::Module> snapshots_;
   Dispatch<torch::jit::Module> dispatch_;
   JitCall call_;
 };

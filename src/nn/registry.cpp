@@ -94,9 +94,7 @@ CachedDispatch* fill_cached_dispatch(const torch::nn::Module& module) {
   const DroppedSnapshots dropped = drop_slot(slot);
   slot.owner = NnOwner::of(module);
   slot.global.take(active_global_hooks(), /*guarded=*/false);
-  nn_table<NnHooks>().visit(&module, [&](const std::shared_ptr<NnHooks>* hooks) {
-    if (hooks) slot.local.take(hooks->get(), /*guarded=*/true);
-  });
+  take_module_hooks(module, slot.local);
   slot.generation = generation;
   slot.key = &module;
   slot.busy = true;  // before the old snapshots die, whose hooks' destructors may call modules

@@ -45,9 +45,10 @@ void unbox_replacement(const char* hook, const torch::nn::Module& module, F&& un
 
 /// How a call of an nn module shows itself to the hook sequence (see `Dispatch`): forward's typed
 /// arguments and result, boxed for hooks without copies. Hooks see the caller's arguments
-/// themselves, borrowed (see `ShownArgs`), and no reference count moves for them; forward gets
-/// copies only where a pre-hook replaced them or the backward wiring wraps them, so the caller's
-/// variables stay as they were.
+/// themselves, borrowed (see `ShownArgs`) into a vector the caller lends, and no reference count
+/// moves for them; forward gets copies only where a pre-hook replaced them or the backward wiring
+/// wraps them, so the caller's variables stay as they were. The arguments are shown when the call
+/// starts, and shown again whenever forward's own change.
 template <class T, class R, class... Args>
 class NnCall {
   using Values = std::tuple<std::decay_t<Args>...>;  // copies forward runs on, when needed
@@ -55,28 +56,29 @@ class NnCall {
   using Pointers = std::tuple<std::remove_reference_t<Args>*...>;  // what forward runs on
 
  public:
-  MODHOOKS_ALWAYS_INLINE NnCall(T& module, Args&... args) : module_(module), args_(&args...) {}
+  MODHOOKS_ALWAYS_INLINE NnCall(T& module, HookArgs& shown, Args&... args)
+      : module_(module), args_(&args...), shown_(shown) {
+    show_args();
+  }
 
   MODHOOKS_ALWAYS_INLINE const HookArgs& args() {
     if (C10_UNLIKELY(replaced_.has_value())) return *replaced_;
-    return shown_args();
+    return shown_.get();
   }
-  MODHOOKS_COLD void replace_args(HookArgs&& args) {
-    shown_.hide();
-    replaced_ = std::move(args);
-  }
+  MODHOOKS_COLD void replace_args(HookArgs&& args) { replaced_ = std::move(args); }
   MODHOOKS_COLD void accept_args() {
-    own();
     torch::nn::Module& base = module_;
-    unbox_replacement("forward pre-hook", base, [&] { unbox_all(*replaced_, *values_); });
+    edit_values([&](Values& values) {
+      unbox_replacement("forward pre-hook", base, [&] { unbox_all(*replaced_, values); });
+    });
     replaced_.reset();
   }
   MODHOOKS_ALWAYS_INLINE void forward() {
     result_.emplace(std::apply([&](auto*... a) -> R { return module_.forward(*a...); }, args_));
   }
-  MODHOOKS_ALWAYS_INLINE const HookArgs& forward_args() { return shown_args(); }
+  MODHOOKS_ALWAYS_INLINE const HookArgs& forward_args() { return shown_.get(); }
   MODHOOKS_ALWAYS_INLINE ShownValue& output() {
-    if (!output_) {
+    if (C10_LIKELY(!output_)) {  // made once, by the forward hooks' step
       if constexpr (std::is_same_v<R, at::Tensor>) {
         if (result_) {
           output_.emplace(ShownValue::Borrow{}, *result_);
@@ -98,8 +100,7 @@ class NnCall {
     return base.weak_from_this().lock();
   }
   MODHOOKS_COLD void wire_inputs(BackwardHookBase& hook) {
-    own();
-    wrap_tuple(hook, *values_, /*output_side=*/false);
+    edit_values([&](Values& values) { wrap_tuple(hook, values, /*output_side=*/false); });
   }
   MODHOOKS_COLD void wire_output(BackwardHookBase& hook) {
     output_.reset();  // it may borrow what the wiring replaces
@@ -109,47 +110,60 @@ class NnCall {
   MODHOOKS_ALWAYS_INLINE R result() { return std::move(*result_); }
 
  private:
-  MODHOOKS_ALWAYS_INLINE const HookArgs& shown_args() {
-    if (!shown_.shown()) shown_.show(std::apply([](auto*... a) { return Refs(*a...); }, args_));
-    return shown_.get();
+  MODHOOKS_ALWAYS_INLINE void show_args() {
+    shown_.show(std::apply([](auto*... a) { return Refs(*a...); }, args_));
   }
-  /// Forward runs on copies from now on (made once).
-  void own() {
-    if (values_) return;
+  /// Forward runs on copies from now on (made once), which `edit` changes; hooks see them after,
+  /// and where `edit` throws, what it left of them.
+  template <class Edit>
+  void edit_values(Edit&& edit) {
     shown_.hide();
-    values_.emplace(std::apply([](auto*... a) { return Values(*a...); }, args_));
-    args_ = std::apply([](auto&... v) { return Pointers(&v...); }, *values_);
+    try {
+      if (!values_) {
+        values_.emplace(std::apply([](auto*... a) { return Values(*a...); }, args_));
+        args_ = std::apply([](auto&... v) { return Pointers(&v...); }, *values_);
+      }
+      edit(*values_);
+    } catch (...) {
+      show_args();
+      throw;
+    }
+    show_args();
   }
 
+  // What every hooked call touches first, what the rare steps touch last.
   T& module_;
-  Pointers args_;  // the caller's arguments, or `values_`
-  std::optional<Values> values_;
-  ShownArgs<Refs> shown_;             // the args hooks see, borrowed from `args_`
-  std::optional<HookArgs> replaced_;  // a pre-hook's replacement, until accepted
+  Pointers args_;          // the caller's arguments, or `values_`
+  ShownArgs<Refs> shown_;  // the args hooks see, borrowed from `args_`
   std::optional<R> result_;
   std::optional<ShownValue> output_;  // what forward hooks see, borrowed from `result_`
+  std::optional<Values> values_;
+  std::optional<HookArgs> replaced_;  // a pre-hook's replacement, until accepted
 };
 
-/// The hooked call of `module` under `dispatch`'s snapshots.
+/// The hooked call of `module` under `dispatch`'s snapshots, showing its arguments in `shown`
+/// (Nones, see `ShownArgs`).
 template <class T, class... Args>
-MODHOOKS_ALWAYS_INLINE inline auto run_hooked(Dispatch<torch::nn::Module>& dispatch, T& module,
-                                              Args&&... args)
+MODHOOKS_ALWAYS_INLINE inline auto run_hooked(Dispatch<torch::nn::Module>& dispatch,
+                                              HookArgs& shown, T& module, Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
   using R = decltype(module.forward(std::forward<Args>(args)...));
-  NnCall<T, R, Args...> call(module, args...);
+  NnCall<T, R, Args...> call(module, shown, args...);
   dispatch.run(module, call);
   return call.result();
 }
 
 /// `call_with_hooks` where this thread's cache cannot lend the snapshots (see `cached_dispatch`):
-/// the module's and the global lists snapshotted in one visit of its tables.
+/// the call takes its own, and a vector of its own to show its arguments in.
 template <class T, class... Args>
 C10_NOINLINE auto call_with_own_snapshots(T& module, Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
-  torch::nn::Module& base = module;
-  Dispatch<torch::nn::Module> dispatch = dispatch_for(base, active_global_hooks());
+  CallSnapshots<torch::nn::Module> snapshots(active_global_hooks());
+  take_module_hooks(module, snapshots.local);
+  Dispatch<torch::nn::Module> dispatch(snapshots);
   if (C10_UNLIKELY(dispatch.empty())) return module.forward(std::forward<Args>(args)...);
-  return run_hooked(dispatch, module, std::forward<Args>(args)...);
+  HookArgs shown;
+  return run_hooked(dispatch, shown, module, std::forward<Args>(args)...);
 }
 
 /// Clears the pin of a cached dispatch when the call ends, and drops the snapshots if hook
@@ -182,7 +196,7 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
   const PinnedDispatch pinned(*cached);
   if (C10_UNLIKELY(cached->empty())) return module.forward(std::forward<Args>(args)...);
   Dispatch<torch::nn::Module> dispatch(cached->global, cached->local);
-  return run_hooked(dispatch, module, std::forward<Args>(args)...);
+  return run_hooked(dispatch, cached->shown_args, module, std::forward<Args>(args)...);
 }
 
 }  // namespace detail

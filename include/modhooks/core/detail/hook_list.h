@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -92,48 +94,76 @@ class FilterObserver : public HookObserver {
   std::atomic<std::int64_t> total_{0};
 };
 
-/// An immutable vector shared by reference count: what a `HookList` publishes and what a call
-/// snapshots. It does `std::shared_ptr`'s job with the count's increment and decrement inline,
-/// where libstdc++ calls out of line for both: two more functions whose code a hooked call
-/// fetches again after a forward that evicted it from the instruction cache.
+/// An immutable array shared by reference count: what a `HookList` publishes and what a call
+/// snapshots. It does `std::shared_ptr<const std::vector<T>>`'s job in one allocation, aligned to
+/// a cache line, with the items right after the count and the size: a hooked call that iterates a
+/// list of one or two hooks reads one line, where the vector's own allocation was a second one to
+/// fetch again after a forward that evicted it. The count's increment and decrement are inline,
+/// where libstdc++'s shared_ptr calls out of line for both.
 template <class T>
 class SharedVector {
+  static_assert(std::is_nothrow_move_constructible_v<T>, "items move into the block");
+
  public:
+  /// The shared items, in order: a range of `const T`.
+  class Items {
+   public:
+    const T* begin() const noexcept { return data(); }
+    const T* end() const noexcept { return data() + size_; }
+    std::size_t size() const noexcept { return size_; }
+    bool empty() const noexcept { return size_ == 0; }
+
+   private:
+    friend class SharedVector;
+    explicit Items(std::size_t size) noexcept : size_(size) {}
+    T* data() const noexcept {
+      return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(this) + kOffset);
+    }
+    mutable std::atomic<std::int64_t> refs_{1};
+    std::size_t size_;
+  };
+
   SharedVector() noexcept = default;
   SharedVector(std::nullptr_t) noexcept {}  // implicit, as shared_ptr's: `return nullptr;`
   static SharedVector make(std::vector<T> values) {
-    return SharedVector(new Block{{1}, std::move(values)});
+    void* memory = ::operator new (kOffset + values.size() * sizeof(T), std::align_val_t{kAlign});
+    auto* items = new (memory) Items(values.size());
+    T* data = items->data();
+    for (std::size_t i = 0; i < values.size(); ++i) new (data + i) T(std::move(values[i]));
+    return SharedVector(items);
   }
-  SharedVector(const SharedVector& other) noexcept : block_(other.block_) {
-    if (block_) block_->refs.fetch_add(1, std::memory_order_relaxed);
+  SharedVector(const SharedVector& other) noexcept : items_(other.items_) {
+    if (items_) items_->refs_.fetch_add(1, std::memory_order_relaxed);
   }
-  SharedVector(SharedVector&& other) noexcept : block_(std::exchange(other.block_, nullptr)) {}
+  SharedVector(SharedVector&& other) noexcept : items_(std::exchange(other.items_, nullptr)) {}
   SharedVector& operator=(SharedVector other) noexcept {
     swap(other);
     return *this;
   }
   MODHOOKS_ALWAYS_INLINE ~SharedVector() {
-    if (block_ && block_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(block_);
+    if (items_ && items_->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(items_);
   }
-  void swap(SharedVector& other) noexcept { std::swap(block_, other.block_); }
+  void swap(SharedVector& other) noexcept { std::swap(items_, other.items_); }
 
-  explicit operator bool() const noexcept { return block_ != nullptr; }
-  const std::vector<T>& operator*() const noexcept { return block_->values; }
-  const std::vector<T>* operator->() const noexcept { return &block_->values; }
+  explicit operator bool() const noexcept { return items_ != nullptr; }
+  const Items& operator*() const noexcept { return *items_; }
+  const Items* operator->() const noexcept { return items_; }
 
  private:
-  /// On a cache line of its own: the count and the vector's pointers are one line to fetch again
-  /// after a forward that evicted them, where one in four 16-byte-aligned allocations straddled
-  /// two.
-  struct alignas(64) Block {
-    std::atomic<std::int64_t> refs;
-    std::vector<T> values;
-  };
-  explicit SharedVector(Block* block) noexcept : block_(block) {}
-  /// The last reference gone: the hooks' destructors run, out of the hooked call's way.
-  MODHOOKS_COLD static void destroy(Block* block) noexcept { delete block; }
+  static constexpr std::size_t kAlign = 64;
+  /// Where the items start: after the count and the size, at `T`'s alignment.
+  static constexpr std::size_t kOffset = (sizeof(Items) + alignof(T) - 1) / alignof(T) * alignof(T);
 
-  Block* block_ = nullptr;
+  explicit SharedVector(Items* items) noexcept : items_(items) {}
+  /// The last reference gone: the hooks' destructors run, out of the hooked call's way.
+  MODHOOKS_COLD static void destroy(Items* items) noexcept {
+    T* data = items->data();
+    for (std::size_t i = 0; i < items->size_; ++i) data[i].~T();
+    items->~Items();
+    ::operator delete (static_cast<void*>(items), std::align_val_t{kAlign});
+  }
+
+  Items* items_ = nullptr;
 };
 
 /// A word of bits that the lists of one module's tables share (`ModuleHooks::kinds`), and which
@@ -160,6 +190,7 @@ class HookList final : public HookTableBase {
   };
   using Entries = std::vector<Entry>;
   using Snapshot = SharedVector<Entry>;
+  using Items = typename Snapshot::Items;  // what a snapshot holds
 
   /// `counter`, when given, tracks how many hooks this list holds (see `call_hooks_active`);
   /// `observer`, when given, hears of every change after the list's lock is released. `guard`,

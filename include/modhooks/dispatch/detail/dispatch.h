@@ -78,6 +78,24 @@ class ShownValue {
   bool borrowed_ = false;
 };
 
+/// The snapshots of the global lists and of one module's, taken for one call (see `Dispatch`)
+/// where nothing lends them.
+template <class M>
+struct CallSnapshots {
+  /// Snapshots the lists of `global` (null where no global hooks apply) and of `local` (the
+  /// module's tables, null where it has none); neither is used afterwards. `local_guarded`: the
+  /// caller holds the guard of `local`'s lists (see `HookList`).
+  MODHOOKS_ALWAYS_INLINE CallSnapshots(const ModuleHooks<M>* global, const ModuleHooks<M>* local,
+                                       bool local_guarded = false)
+      : global(global, false), local(local, local_guarded) {}
+  /// Snapshots the lists of `global` alone; the module's may follow with `local.take`.
+  MODHOOKS_ALWAYS_INLINE explicit CallSnapshots(const ModuleHooks<M>* global)
+      : global(global, false) {}
+
+  HookSnapshots<M> global;
+  HookSnapshots<M> local;
+};
+
 /// Python's `Module._call_impl`, written once for every kind of module: global then the module's
 /// forward pre-hooks, the input side of the full-backward wiring, forward, global then the
 /// module's forward hooks, the output side; on an exception anywhere in it, the always-call
@@ -104,37 +122,15 @@ class ShownValue {
 template <class M>
 class Dispatch {
  public:
-  /// Snapshots the lists of `global` (null where no global hooks apply) and of `local` (the
-  /// module's tables, null where it has none); neither is used after the constructor.
-  /// `local_guarded`: the caller holds the guard of `local`'s lists (see `HookList`).
-  MODHOOKS_ALWAYS_INLINE Dispatch(const ModuleHooks<M>* global, const ModuleHooks<M>* local,
-                                  bool local_guarded = false)
-      : Dispatch(global) {
-    take_module_hooks(local, local_guarded);
-  }
-  /// Borrows snapshots taken earlier, `global`'s and the module's `local`, which must outlive
-  /// this dispatch: a call that takes no reference at all (nn's dispatch cache lends them).
+  /// Runs the snapshots `global` and `local` (the module's), which must outlive this dispatch;
+  /// the call takes no reference of its own (nn's dispatch cache lends them, other kinds take
+  /// `CallSnapshots` for each call).
   MODHOOKS_ALWAYS_INLINE Dispatch(const HookSnapshots<M>& global, const HookSnapshots<M>& local)
-      : global_(&global), local_(&local), kinds_(global.kinds() | local.kinds()) {}
-  /// Snapshots the lists of `global` alone; the module's follow with `take_module_hooks`.
-  MODHOOKS_ALWAYS_INLINE explicit Dispatch(const ModuleHooks<M>* global)
-      : own_global_(global, false), kinds_(own_global_.kinds()) {}
-  /// Snapshots the module's lists, `local` (see the constructor); once, before the call runs.
-  MODHOOKS_ALWAYS_INLINE void take_module_hooks(const ModuleHooks<M>* local, bool local_guarded) {
-    own_local_.take(local, local_guarded);
-    kinds_ |= own_local_.kinds();
-  }
-  /// Inlined as the rest of a hooked call: its lists' snapshots are a few bit tests to drop.
-  MODHOOKS_ALWAYS_INLINE ~Dispatch() = default;
-  Dispatch(Dispatch&& other) noexcept
-      : own_global_(std::move(other.own_global_)),
-        own_local_(std::move(other.own_local_)),
-        global_(other.global_ == &other.own_global_ ? &own_global_ : other.global_),
-        local_(other.local_ == &other.own_local_ ? &own_local_ : other.local_),
-        kinds_(other.kinds_),
-        backward_(std::move(other.backward_)),
-        started_(other.started_) {}
-  Dispatch& operator=(Dispatch&&) = delete;
+      : global_(global), local_(local), kinds_(global.kinds() | local.kinds()) {}
+  MODHOOKS_ALWAYS_INLINE explicit Dispatch(const CallSnapshots<M>& snapshots)
+      : Dispatch(snapshots.global, snapshots.local) {}
+  Dispatch(const Dispatch&) = delete;
+  Dispatch& operator=(const Dispatch&) = delete;
 
   bool has_pre_hooks() const { return (kinds_ & Hooks::kForwardPre) != 0; }
   bool has_forward_hooks() const { return (kinds_ & Hooks::kForward) != 0; }
@@ -195,14 +191,11 @@ class Dispatch {
       if (C10_UNLIKELY(has_backward_hooks())) make_backward_hook(module, call);
     }
     if (has_pre_hooks()) {
-      bool replaced = false;
-      if (C10_UNLIKELY(global_->forward_pre() != nullptr)) {
-        replaced = run_pre_hooks_cold(*global_->forward_pre(), module, call);
+      if (C10_UNLIKELY(global_.forward_pre() != nullptr)) {
+        run_pre_hooks_cold(*global_.forward_pre(), module, call);
       }
-      if (const auto* hooks = local_->forward_pre()) {
-        replaced |= run_pre_hooks(*hooks, module, call);
-      }
-      if (C10_UNLIKELY(replaced)) call.accept_args();
+      if (const auto* hooks = local_.forward_pre()) run_pre_hooks(*hooks, module, call);
+      if (C10_UNLIKELY(replaced_)) accept([&] { call.accept_args(); });
     }
     if constexpr (KindTraits<M>::backward) {
       if (C10_UNLIKELY(backward_)) call.wire_inputs(*backward_);
@@ -214,14 +207,11 @@ class Dispatch {
     if (has_forward_hooks()) {
       const HookArgs& args = call.forward_args();
       ShownValue& output = call.output();
-      bool replaced = false;
-      if (C10_UNLIKELY(global_->forward() != nullptr)) {
-        replaced = run_forward_hooks_cold(*global_->forward(), module, args, output);
+      if (C10_UNLIKELY(global_.forward() != nullptr)) {
+        run_forward_hooks_cold(*global_.forward(), module, args, output);
       }
-      if (const auto* hooks = local_->forward()) {
-        replaced |= run_forward_hooks(*hooks, module, args, output);
-      }
-      if (C10_UNLIKELY(replaced)) call.accept_output();
+      if (const auto* hooks = local_.forward()) run_forward_hooks(*hooks, module, args, output);
+      if (C10_UNLIKELY(replaced_)) accept([&] { call.accept_output(); });
     }
     if constexpr (KindTraits<M>::backward) {
       if (C10_UNLIKELY(backward_)) call.wire_output(*backward_);
@@ -235,55 +225,57 @@ class Dispatch {
   MODHOOKS_COLD void make_backward_hook(M& module, Call& call) {
     std::shared_ptr<M> alive = call.keep_alive();
     M& hooked = alive ? *alive : module;
-    backward_ = c10::make_intrusive<BackwardHook<M>>(hooked, std::move(alive), *global_, *local_);
+    backward_ = c10::make_intrusive<BackwardHook<M>>(hooked, std::move(alive), global_, local_);
   }
 
-  /// Runs the pre-hooks `hooks`; true where one replaced the args.
-  template <class Entries, class Call>
-  MODHOOKS_ALWAYS_INLINE static bool run_pre_hooks(const Entries& hooks, M& module, Call& call) {
-    bool replaced = false;
+  /// Runs the pre-hooks `hooks`; where one returns args, they replace the args shown to the next
+  /// (`replaced_` says so).
+  template <class Items, class Call>
+  MODHOOKS_ALWAYS_INLINE void run_pre_hooks(const Items& hooks, M& module, Call& call) {
     for (const auto& entry : hooks) {
       std::optional<HookArgs> replacement = entry.hook(module, call.args());
-      if (C10_UNLIKELY(replacement.has_value())) {
-        call.replace_args(std::move(*replacement));
-        replaced = true;
-      }
+      if (C10_UNLIKELY(replacement.has_value())) replace_args(call, *replacement);
     }
-    return replaced;
   }
   /// The same for the global list, out of line: global hooks are rare beside a module's own.
-  template <class Entries, class Call>
-  MODHOOKS_COLD static bool run_pre_hooks_cold(const Entries& hooks, M& module, Call& call) {
-    return run_pre_hooks(hooks, module, call);
+  template <class Items, class Call>
+  MODHOOKS_COLD void run_pre_hooks_cold(const Items& hooks, M& module, Call& call) {
+    run_pre_hooks(hooks, module, call);
+  }
+  /// A pre-hook's replacement, out of the hooked call's way (hooks that replace are rare).
+  template <class Call>
+  MODHOOKS_COLD void replace_args(Call& call, HookArgs& args) {
+    call.replace_args(std::move(args));
+    replaced_ = true;
   }
 
-  /// Runs the forward hooks `hooks`, counting each in `started_`; true where one replaced the
-  /// output.
-  template <class Entries>
-  MODHOOKS_ALWAYS_INLINE bool run_forward_hooks(const Entries& hooks, M& module,
-                                                const HookArgs& args, ShownValue& output) {
-    bool replaced = false;
+  /// Runs the forward hooks `hooks`, counting each in `started_`; where one returns a value, it
+  /// replaces `output` (`replaced_` says so).
+  template <class Items>
+  MODHOOKS_ALWAYS_INLINE void run_forward_hooks(const Items& hooks, M& module, const HookArgs& args,
+                                                ShownValue& output) {
     for (const auto& entry : hooks) {
       ++started_;  // before the call: a hook that raises is not run again by the error path
       std::optional<c10::IValue> replacement = entry.hook.fn(module, args, output.get());
-      if (C10_UNLIKELY(replacement.has_value())) {
-        take_replacement(output, replacement);
-        replaced = true;
-      }
+      if (C10_UNLIKELY(replacement.has_value())) replace_output(output, *replacement);
     }
-    return replaced;
   }
-  template <class Entries>
-  MODHOOKS_COLD bool run_forward_hooks_cold(const Entries& hooks, M& module, const HookArgs& args,
+  template <class Items>
+  MODHOOKS_COLD void run_forward_hooks_cold(const Items& hooks, M& module, const HookArgs& args,
                                             ShownValue& output) {
-    return run_forward_hooks(hooks, module, args, output);
+    run_forward_hooks(hooks, module, args, output);
+  }
+  /// A forward hook's replacement, out of the hooked call's way.
+  MODHOOKS_COLD void replace_output(ShownValue& output, c10::IValue& value) {
+    output.replace(std::move(value));
+    replaced_ = true;
   }
 
-  /// A forward hook's replacement, out of the hooked call's way (hooks that replace are rare).
-  MODHOOKS_COLD static void take_replacement(ShownValue& output,
-                                             std::optional<c10::IValue>& value) {
-    output.replace(std::move(*value));
-    value.reset();
+  /// Hooks replaced what the call shows: `take` (the call's check of args or output) takes it.
+  template <class Take>
+  MODHOOKS_COLD void accept(Take&& take) {
+    replaced_ = false;
+    take();
   }
 
   /// Python's exception path: the always-call forward hooks that have not started, global ones
@@ -309,18 +301,17 @@ class Dispatch {
         }
       }
     };
-    run(global_->forward(), "global module ");
-    run(local_->forward(), "module ");
+    run(global_.forward(), "global module ");
+    run(local_.forward(), "module ");
   }
 
   using Hooks = ModuleHooks<M>;
 
-  HookSnapshots<M> own_global_;  // the snapshots this dispatch took, where it took them
-  HookSnapshots<M> own_local_;
-  const HookSnapshots<M>* global_ = &own_global_;  // the global lists it runs
-  const HookSnapshots<M>* local_ = &own_local_;    // the module's
+  const HookSnapshots<M>& global_;  // the global lists it runs
+  const HookSnapshots<M>& local_;   // the module's
 
-  std::uint32_t kinds_;  // which kinds of hooks the snapshots hold (`ModuleHooks::Kind`)
+  std::uint32_t kinds_;    // which kinds of hooks the snapshots hold (`ModuleHooks::Kind`)
+  bool replaced_ = false;  // hooks replaced the args or the output, not accepted yet
   c10::intrusive_ptr<BackwardHookBase> backward_;
   std::size_t started_ = 0;  // forward hooks started, in the order they run
 };

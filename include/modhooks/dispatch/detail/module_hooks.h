@@ -96,7 +96,7 @@ class HookSnapshots {
   template <class Hook>
   using Snapshot = typename HookList<Hook>::Snapshot;
   template <class Hook>
-  using Entries = typename HookList<Hook>::Entries;
+  using Items = typename HookList<Hook>::Items;
 
  public:
   /// No lists.
@@ -133,10 +133,10 @@ class HookSnapshots {
   /// The `ModuleHooks::Kind` bits of the lists snapshotted (non-empty when the call started).
   std::uint32_t kinds() const noexcept { return kinds_; }
   /// Each list's hooks, null where it held none.
-  const Entries<ForwardHookEntry<M>>* forward() const noexcept {
+  const Items<ForwardHookEntry<M>>* forward() const noexcept {
     return (kinds_ & Hooks::kForward) != 0 ? &*forward_ : nullptr;
   }
-  const Entries<ForwardPreHookFn<M>>* forward_pre() const noexcept {
+  const Items<ForwardPreHookFn<M>>* forward_pre() const noexcept {
     return (kinds_ & Hooks::kForwardPre) != 0 ? &*forward_pre_ : nullptr;
   }
   /// Shares of the backward lists' snapshots (null where empty), for the backward pass.

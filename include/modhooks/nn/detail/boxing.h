@@ -139,37 +139,19 @@ std::vector<c10::IValue> box_all(const std::tuple<Ts...>& values) {
   return boxed;
 }
 
-/// The vectors of `args` that hooks see: one per level of hooked calls under way on this thread
-/// (a call inside forward or inside a hook is one level up), each kept between calls at the size
-/// of its last one, its elements None, so that a hooked call neither allocates nor calls out of
-/// line to fill it. Levels are taken and given back last-in first-out, as calls nest.
-struct ShownArgsBuffer {
-  static constexpr std::size_t kNear = 8;  // levels held in the thread's own storage
-  std::vector<c10::IValue> near[kNear];
-  std::vector<std::unique_ptr<std::vector<c10::IValue>>> far;  // the levels above, made as reached
-  std::size_t depth = 0;                                       // levels in use
-
-  static ShownArgsBuffer& of_this_thread() noexcept {
-    static thread_local ShownArgsBuffer buffer;
-    return buffer;
-  }
-  /// The vector of level `depth`: the first levels are one load away from the thread's storage.
-  MODHOOKS_ALWAYS_INLINE std::vector<c10::IValue>& level() {
-    return C10_LIKELY(depth < kNear) ? near[depth] : far_level();
-  }
-  /// The rare cases, out of the hooked call's way: a level above the near ones, a vector of
-  /// another size.
-  MODHOOKS_COLD std::vector<c10::IValue>& far_level();
-  MODHOOKS_COLD static void resize(std::vector<c10::IValue>& args, std::size_t n);
-};
+/// Makes `args` `n` Nones, out of the hooked call's way (a vector of another call's size).
+MODHOOKS_COLD void resize_shown_args(std::vector<c10::IValue>& args, std::size_t n);
 
 /// The `args` hooks see: forward's arguments `values` (a tuple of values or references), boxed,
-/// with tensors borrowed (see `ShownValue`) from `values`, which outlive the showing. Which
-/// elements are borrowed is known from the types, so taking and giving back the vector is a few
-/// stores per argument. Empty until `show`, and again after `hide`: a call shows its arguments
-/// only to the hooks that run.
+/// with tensors borrowed (see `ShownValue`) from `values`, which outlive the showing, in a vector
+/// the caller lends (nn's dispatch cache keeps one per slot, between calls at the size of its last
+/// one, its elements None), so that a hooked call neither allocates nor calls out of line to fill
+/// it. Which elements are borrowed is known from the types, so showing and hiding are a few stores
+/// per argument. Empty until `show`, and again after `hide`: a call shows its arguments only to
+/// the hooks that run.
 template <class Tuple>
 class ShownArgs {
+  struct Nothing {};
   static constexpr std::size_t kSize = std::tuple_size_v<Tuple>;
   template <std::size_t I>
   static constexpr bool kBorrowed =
@@ -181,38 +163,34 @@ class ShownArgs {
   static constexpr bool kAllBorrowed = all_borrowed(std::make_index_sequence<kSize>{});
 
  public:
-  ShownArgs() noexcept = default;
+  /// Shows in `storage`, which holds Nones only and outlives this.
+  explicit ShownArgs(std::vector<c10::IValue>& storage) noexcept : storage_(storage) {}
   /// Shows `values`; nothing may be shown already.
   MODHOOKS_ALWAYS_INLINE void show(const Tuple& values) {
-    ShownArgsBuffer& buffer = ShownArgsBuffer::of_this_thread();
-    std::vector<c10::IValue>& args = buffer.level();
-    // Resized before the level is taken: a resize that throws must not leave it taken.
-    if (C10_UNLIKELY(args.size() != kSize)) ShownArgsBuffer::resize(args, kSize);
-    ++buffer.depth;
-    buffer_ = &buffer;
-    args_ = &args;
-    filled_ = 0;
+    if (C10_UNLIKELY(storage_.size() != kSize)) resize_shown_args(storage_, kSize);
+    shown_ = true;
     if constexpr (kAllBorrowed) {
       fill(values, std::make_index_sequence<kSize>{});
     } else {
+      filled_ = 0;
       try {
         fill(values, std::make_index_sequence<kSize>{});
       } catch (...) {
-        give_back();
+        hide();
         throw;
       }
     }
   }
-  bool shown() const noexcept { return args_ != nullptr; }
-  /// Gives the vector back, if anything is shown.
+  /// Leaves the vector Nones again, if anything is shown.
   MODHOOKS_ALWAYS_INLINE void hide() noexcept {
-    if (args_ != nullptr) give_back();
+    if (C10_LIKELY(shown_)) clear(std::make_index_sequence<kSize>{});
+    shown_ = false;
   }
   ShownArgs(const ShownArgs&) = delete;
   ShownArgs& operator=(const ShownArgs&) = delete;
   MODHOOKS_ALWAYS_INLINE ~ShownArgs() { hide(); }
 
-  const std::vector<c10::IValue>& get() const noexcept { return *args_; }
+  const std::vector<c10::IValue>& get() const noexcept { return storage_; }
 
  private:
   template <std::size_t... I>
@@ -223,30 +201,27 @@ class ShownArgs {
   /// Each slot holds None, whose destructor does nothing, so the value is constructed over it.
   template <std::size_t I, class T>
   MODHOOKS_ALWAYS_INLINE void put(const T& value) {
-    c10::IValue* slot = args_->data() + I;
+    c10::IValue* slot = storage_.data() + I;
     if constexpr (kBorrowed<I>) {
       new (slot) c10::IValue(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(value));
     } else {
       new (slot) c10::IValue(box(value));
     }
-    filled_ = I + 1;
+    if constexpr (!kAllBorrowed) filled_ = I + 1;
   }
 
   /// Leaves every slot None again: a borrowed tensor forgotten without a release, an owned value
-  /// released; then gives the level back.
-  MODHOOKS_ALWAYS_INLINE void give_back() noexcept {
-    clear(std::make_index_sequence<kSize>{});
-    --buffer_->depth;
-    args_ = nullptr;
-  }
+  /// released.
   template <std::size_t... I>
   MODHOOKS_ALWAYS_INLINE void clear(std::index_sequence<I...>) noexcept {
     (clear_one<I>(), ...);
   }
   template <std::size_t I>
   MODHOOKS_ALWAYS_INLINE void clear_one() noexcept {
-    if (!kAllBorrowed && I >= filled_) return;
-    c10::IValue& slot = (*args_)[I];
+    if constexpr (!kAllBorrowed) {
+      if (I >= filled_) return;
+    }
+    c10::IValue& slot = storage_[I];
     if constexpr (kBorrowed<I>) {
       c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow(slot);
     } else {
@@ -254,9 +229,10 @@ class ShownArgs {
     }
   }
 
-  std::vector<c10::IValue>* args_ = nullptr;  // null: nothing shown
-  ShownArgsBuffer* buffer_ = nullptr;         // whose level `args_` is
-  std::size_t filled_ = 0;  // slots filled so far (an owned value's boxing may throw)
+  std::vector<c10::IValue>& storage_;
+  bool shown_ = false;
+  /// Slots filled so far, where an owned value's boxing may throw (tensors alone cannot).
+  [[no_unique_address]] std::conditional_t<kAllBorrowed, Nothing, std::size_t> filled_{};
 };
 
 template <class... Ts>

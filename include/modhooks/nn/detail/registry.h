@@ -31,7 +31,7 @@ extern template const std::shared_ptr<ModuleHooks<torch::nn::Module>>&
 global_hooks<torch::nn::Module>();
 
 /// The hook table itself is a namespace-scope object of the library rather than a function's
-/// static: every hooked call of an nn module reaches it (`dispatch_for`, inlined into the
+/// static: every hooked call of an nn module reaches it (`take_module_hooks`, inlined into the
 /// caller), which would otherwise pay an out-of-line call and a static's guard check.
 extern ModuleTable<NnHooks, NnOwner> nn_hooks_table;
 template <>
@@ -50,33 +50,31 @@ MODHOOKS_ALWAYS_INLINE inline const NnHooks* active_global_hooks() {
              : global_hooks<torch::nn::Module>().get();
 }
 
-/// The dispatch of one call of `module`: snapshots of its hook lists, taken under the table's
-/// lock, and of `global`'s (null where no global hooks apply). Inlined into the hooked call, as
-/// everything a call runs between forward and its hooks.
-MODHOOKS_ALWAYS_INLINE inline Dispatch<torch::nn::Module> dispatch_for(
-    const torch::nn::Module& module, const NnHooks* global) {
-  Dispatch<torch::nn::Module> dispatch(global);
+/// Snapshots of the hook lists of `module`, taken under the table's lock, into `local`.
+MODHOOKS_ALWAYS_INLINE inline void take_module_hooks(const torch::nn::Module& module,
+                                                     HookSnapshots<torch::nn::Module>& local) {
   if (hooked_modules.may_have_hooks(&module)) {
     const auto take = [&](const std::shared_ptr<NnHooks>* hooks) MODHOOKS_ALWAYS_INLINE {
-      if (hooks) dispatch.take_module_hooks(hooks->get(), /*local_guarded=*/true);
+      if (hooks) local.take(hooks->get(), /*guarded=*/true);
     };
     nn_table<NnHooks>().visit(&module, take);
   }
-  return dispatch;
 }
 
 /// The hook tables of `module`, created on first use.
 std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module);
 
 /// The snapshots of one module's lists and the global ones, as this thread last took them (see
-/// `DispatchCache`). Two cache lines, aligned: what a hit reads is in them alone.
+/// `DispatchCache`), and the vector its calls show their arguments in. Three cache lines,
+/// aligned; a hit where no global hooks exist reads the first two alone.
 struct alignas(64) CachedDispatch {
   const torch::nn::Module* key = nullptr;  // null: holds nothing
   std::uint64_t generation = 0;            // `hook_lists_generation` when taken
   NnOwner owner;      // tells a new module at `key` from the one whose snapshots these are
-  bool busy = false;  // a call under way on this thread borrows the snapshots
-  HookSnapshots<torch::nn::Module> global;
+  bool busy = false;  // a call under way on this thread borrows the snapshots and `shown_args`
   HookSnapshots<torch::nn::Module> local;
+  HookArgs shown_args;  // Nones between calls (see `ShownArgs`), kept when the slot is refilled
+  HookSnapshots<torch::nn::Module> global;
 
   bool empty() const noexcept { return (global.kinds() | local.kinds()) == 0; }
 };

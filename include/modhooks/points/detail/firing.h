@@ -216,7 +216,10 @@ class Points {
   /// kept open until its output point.
   struct PointRun {
     explicit PointRun(const P& point)
-        : dispatch(global_point_hooks(), hooks_for(point).get()), call(point, ids()) {}
+        : snapshots(global_point_hooks(), hooks_for(point).get()),
+          dispatch(snapshots),
+          call(point, ids()) {}
+    CallSnapshots<const P> snapshots;
     Dispatch<const P> dispatch;
     Call call;
   };
