@@ -112,6 +112,8 @@ class SharedVector {
     const T* end() const noexcept { return data() + size_; }
     std::size_t size() const noexcept { return size_; }
     bool empty() const noexcept { return size_ == 0; }
+    const T& operator[](std::size_t i) const noexcept { return data()[i]; }
+    const T& front() const noexcept { return *data(); }
 
    private:
     friend class SharedVector;
