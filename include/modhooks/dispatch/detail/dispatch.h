@@ -204,7 +204,7 @@ class Dispatch {
 
   template <class Call>
   MODHOOKS_ALWAYS_INLINE void exit_steps(M& module, Call& call) {
-    if (has_forward_hooks()) {
+    if (C10_LIKELY(has_forward_hooks())) {  // the most common kind of hook
       const HookArgs& args = call.forward_args();
       ShownValue& output = call.output();
       if (C10_UNLIKELY(global_.forward() != nullptr)) {
