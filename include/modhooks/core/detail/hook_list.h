@@ -118,10 +118,11 @@ class SharedVector {
    private:
     friend class SharedVector;
     explicit Items(std::size_t size) noexcept : size_(size) {}
-    T* data() const noexcept {
-      return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(this) + kOffset);
+    const T* data() const noexcept {
+      return reinterpret_cast<const T*>(reinterpret_cast<const char*>(this) + kOffset);
     }
-    mutable std::atomic<std::int64_t> refs_{1};
+    T* data() noexcept { return reinterpret_cast<T*>(reinterpret_cast<char*>(this) + kOffset); }
+    std::atomic<std::int64_t> refs_{1};
     std::size_t size_;
   };
 
