@@ -568,13 +568,17 @@ TEST(CallSnapshots, AModuleCalledInsideItsOwnHookKeepsTheOuterCallsSnapshot) {
 
 TEST(CallSnapshots, CallsOnSeveralThreadsWhileAnotherThreadRegistersAndRemovesHooks) {
   // Three threads call one module (and one of their own) through `call` while a fourth adds and
-  // removes forward hooks and pre-hooks on it: every call runs the standing hook once, and the
-  // threads' snapshots follow the edits (TSan runs this test).
+  // removes forward hooks and pre-hooks on it: every call runs the standing hook once on its own
+  // arguments, and the threads' snapshots follow the edits (TSan runs this test).
   torch::nn::Identity shared;
   std::atomic<int> standing{0};
   std::atomic<int> transient{0};
   ScopedHandle on_shared(modhooks::register_forward_hook(
-      shared, [&](torch::nn::Module&, const IValues&, const c10::IValue&) { ++standing; }));
+      shared, [&](torch::nn::Module&, const IValues& args, const c10::IValue& output) {
+        // Identity returns its input: the args shown are this call's, not another thread's.
+        EXPECT_TRUE(args.at(0).toTensor().is_same(output.toTensor()));
+        ++standing;
+      }));
   constexpr int kThreads = 3;
   constexpr int kCalls = 2000;
   std::atomic<bool> done{false};

@@ -44,15 +44,9 @@ struct DispatchCacheOwner {
   }
 };
 
-/// What a slot held, which dies after the slot was emptied: a hook's destructor may call
-/// modules, which must find the cache consistent.
-struct DroppedSnapshots {
-  HookSnapshots<torch::nn::Module> global;
-  HookSnapshots<torch::nn::Module> local;
-};
-
-/// Empties `slot`.
-DroppedSnapshots drop_slot(CachedDispatch& slot) noexcept {
+/// Empties `slot`; returns what it held, to die after the slot is consistent again (a hook's
+/// destructor may call modules).
+CallSnapshots<torch::nn::Module> drop_slot(CachedDispatch& slot) noexcept {
   slot.key = nullptr;
   slot.owner = NnOwner();
   return {std::move(slot.global), std::move(slot.local)};
@@ -91,7 +85,7 @@ CachedDispatch* fill_cached_dispatch(const torch::nn::Module& module) {
   drop_stale_slots(*cache, generation);
   CachedDispatch& slot = cache->slots[DispatchCache::index(&module)];
   if (slot.busy) return nullptr;
-  const DroppedSnapshots dropped = drop_slot(slot);
+  const CallSnapshots<torch::nn::Module> dropped = drop_slot(slot);
   slot.owner = NnOwner::of(module);
   slot.global.take(active_global_hooks(), /*guarded=*/false);
   take_module_hooks(module, slot.local);

@@ -194,8 +194,8 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
     return call_with_own_snapshots(module, std::forward<Args>(args)...);
   }
   const PinnedDispatch pinned(*cached);
-  if (C10_UNLIKELY(cached->empty())) return module.forward(std::forward<Args>(args)...);
   Dispatch<torch::nn::Module> dispatch(cached->global, cached->local);
+  if (C10_UNLIKELY(dispatch.empty())) return module.forward(std::forward<Args>(args)...);
   return run_hooked(dispatch, cached->shown_args, module, std::forward<Args>(args)...);
 }
 

@@ -91,6 +91,9 @@ struct CallSnapshots {
   /// Snapshots the lists of `global` alone; the module's may follow with `local.take`.
   MODHOOKS_ALWAYS_INLINE explicit CallSnapshots(const ModuleHooks<M>* global)
       : global(global, false) {}
+  /// Takes over snapshots taken elsewhere (a cache slot emptied).
+  CallSnapshots(HookSnapshots<M>&& global, HookSnapshots<M>&& local) noexcept
+      : global(std::move(global)), local(std::move(local)) {}
 
   HookSnapshots<M> global;
   HookSnapshots<M> local;

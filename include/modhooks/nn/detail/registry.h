@@ -75,12 +75,10 @@ struct alignas(64) CachedDispatch {
   HookSnapshots<torch::nn::Module> local;
   HookArgs shown_args;  // Nones between calls (see `ShownArgs`), kept when the slot is refilled
   HookSnapshots<torch::nn::Module> global;
-
-  bool empty() const noexcept { return (global.kinds() | local.kinds()) == 0; }
 };
 
 /// The snapshots of the modules this thread called last, so that a hooked call borrows them
-/// (see `Dispatch`'s borrowing constructor) instead of taking the table's lock and a reference to
+/// (a `Dispatch` runs snapshots it borrows) instead of taking the table's lock and a reference to
 /// each list: while no hook list anywhere changed since they were taken, they are the lists a new
 /// snapshot would give. A slot per module address, direct-mapped. The slots hold references, so
 /// a removed hook lives on in the caches that hold it until each lets go of its stale slots: the
