@@ -4,8 +4,10 @@
 // modhooks::call, against a module whose own forward does the same math by hand.
 //   - weight_norm on Linear(256, 256), batch 32, and on Conv1d(64, 64, 3) over 8 x 64 x 128;
 //   - spectral_norm (one power-iteration step per forward) on Linear(256, 256), batch 32;
-// and, for a served model (eval mode, no grad, weights unchanged), weight_norm and spectral_norm
-// on Linear(256, 256) against the same Linear without the utility, both through modhooks::call.
+// and, for a served model (eval mode, no grad), weight_norm and spectral_norm on Linear(256, 256)
+// against the same Linear without the utility, both through modhooks::call: outside a
+// `parametrize::Cached` scope (the utility computes at each forward, as Python's), and inside one
+// (computed once for the scope).
 // Python's figures for the same layers come from bench/nn_utils_bench.py (run-bench.sh).
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
@@ -13,6 +15,8 @@
 #include <torch/nn/functional/linear.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
+
+#include <optional>
 
 #include "modhooks/modhooks.h"
 #include "paired.h"
@@ -113,9 +117,10 @@ void BM_SpectralNormLinear_Utility_vs_ByHand(benchmark::State& state) {
 }
 BENCHMARK(BM_SpectralNormLinear_Utility_vs_ByHand);
 
-/// A served layer: eval mode, no grad, unchanged weights, where the utility keeps the last value.
+/// A served layer (eval mode, no grad) against the same Linear without the utility, inside a
+/// `Cached` scope where `cached`.
 template <class Apply>
-void served_vs_plain(benchmark::State& state, Apply apply) {
+void served_vs_plain(benchmark::State& state, Apply apply, bool cached) {
   torch::nn::Linear plain(256, 256);
   torch::nn::Linear layer(256, 256);
   apply(layer);
@@ -123,6 +128,8 @@ void served_vs_plain(benchmark::State& state, Apply apply) {
   layer->eval();
   const at::Tensor x = at::randn({32, 256});
   at::NoGradGuard no_grad;
+  std::optional<nu::parametrize::Cached> scope;
+  if (cached) scope.emplace();
   paired(
       state, kBatch,
       [&] {
@@ -133,15 +140,28 @@ void served_vs_plain(benchmark::State& state, Apply apply) {
       });
 }
 
+void weight_norm_of(torch::nn::Linear& layer) { nu::weight_norm(layer); }
+void spectral_norm_of(torch::nn::Linear& layer) { nu::spectral_norm(layer); }
+
 void BM_WeightNormLinear_Served_vs_Plain(benchmark::State& state) {
-  served_vs_plain(state, [](torch::nn::Linear& layer) { nu::weight_norm(layer); });
+  served_vs_plain(state, weight_norm_of, false);
 }
 BENCHMARK(BM_WeightNormLinear_Served_vs_Plain);
 
+void BM_WeightNormLinear_ServedCached_vs_Plain(benchmark::State& state) {
+  served_vs_plain(state, weight_norm_of, true);
+}
+BENCHMARK(BM_WeightNormLinear_ServedCached_vs_Plain);
+
 void BM_SpectralNormLinear_Served_vs_Plain(benchmark::State& state) {
-  served_vs_plain(state, [](torch::nn::Linear& layer) { nu::spectral_norm(layer); });
+  served_vs_plain(state, spectral_norm_of, false);
 }
 BENCHMARK(BM_SpectralNormLinear_Served_vs_Plain);
+
+void BM_SpectralNormLinear_ServedCached_vs_Plain(benchmark::State& state) {
+  served_vs_plain(state, spectral_norm_of, true);
+}
+BENCHMARK(BM_SpectralNormLinear_ServedCached_vs_Plain);
 
 }  // namespace
 

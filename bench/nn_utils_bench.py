@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Python's side of bench/nn_utils_bench.cpp: a forward (training mode, grad on) of the same
 layers with torch.nn.utils' weight_norm and spectral_norm, timed in alternation with the same
-math written by hand in forward, one thread, medians of 5 repetitions."""
+math written by hand in forward, and a served forward (eval mode, no grad) timed in alternation
+with the same Linear without the utility; one thread, medians of 5 repetitions."""
 import statistics
 import time
 import warnings
@@ -67,6 +68,19 @@ def case(name, hand, layer, x):
           f"({100 * (meas / base - 1):+.1f}%)")
 
 
+def served(name, apply):
+    """A served layer (eval mode, no grad) against the same Linear without the utility."""
+    plain = nn.Linear(256, 256).eval()
+    layer = apply(nn.Linear(256, 256)).eval()
+    x = torch.randn(32, 256)
+    with torch.no_grad():
+        runs = [paired(lambda: plain(x), lambda: layer(x)) for _ in range(5)]
+    base = statistics.median(r[0] for r in runs)
+    meas = statistics.median(r[1] for r in runs)
+    print(f"python served {name}: plain {base:.2f} us, torch.nn.utils {meas:.2f} us "
+          f"({100 * (meas / base - 1):+.1f}%)")
+
+
 def main():
     lin = nn.Linear(256, 256)
     case("weight_norm Linear(256,256)", HandWeightNorm(lin, F.linear),
@@ -77,6 +91,8 @@ def main():
     lin = nn.Linear(256, 256)
     case("spectral_norm Linear(256,256)", HandSpectralNorm(lin), torch.nn.utils.spectral_norm(lin),
          torch.randn(32, 256))
+    served("weight_norm Linear(256,256)", torch.nn.utils.weight_norm)
+    served("spectral_norm Linear(256,256)", torch.nn.utils.spectral_norm)
 
 
 if __name__ == "__main__":

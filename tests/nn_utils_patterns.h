@@ -137,7 +137,14 @@ inline void replay(const std::string& name) {
   }
   modhooks::load_state_dict(*b.module, init);
   const std::vector<at::Tensor> xs{record.at("x0"), record.at("x1")};
-  b.module->train();
+  // "validate": trained in eval mode, with a forward without grad between each backward and
+  // the optimizer's step (libtorch's SGD writes through `.data()`, which no version counter sees).
+  const bool validate = procedure == "validate";
+  if (validate) {
+    b.module->eval();
+  } else {
+    b.module->train();
+  }
 
   std::unique_ptr<torch::optim::SGD> optimizer;
   const bool first = procedure == "prune_first" || procedure == "parametrize_first";
@@ -185,6 +192,11 @@ inline void replay(const std::string& name) {
       }
     } else {
       b.forward(xs[0]).pow(2).sum().backward();
+    }
+    if (validate) {
+      const at::NoGradGuard no_grad;
+      const std::string key = "step" + std::to_string(step) + ".validate";
+      EXPECT_TRUE(near(b.forward(xs[1]), record.at(key))) << key;
     }
     const std::string prefix = "step" + std::to_string(step) + ".grad.";
     std::size_t expected_grads = 0;

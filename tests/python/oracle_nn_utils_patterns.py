@@ -113,6 +113,9 @@ def scenarios():
     out["prune_first_conv2d"] = ("prune_first", "conv2d", "prune")
     out["parametrize_first_psym_square"] = ("parametrize_first", "square", "psym")
     out["parametrize_first_psn_linear"] = ("parametrize_first", "linear", "psn")
+    for utility in ["wn", "sn", "pwn", "psn", "prune", "psym"]:
+        out[f"validate_{utility}_square"] = ("validate", "square", utility)
+    out["validate_wn_conv1d"] = ("validate", "conv1d", "wn")
     return out
 
 
@@ -138,7 +141,12 @@ def run(name, procedure, kind, utility):
         record["init." + key] = value.clone()
     for i, x in enumerate(xs):
         record[f"x{i}"] = x
-    module.train()
+    # "validate": trained in eval mode, with a forward without grad (a validation or logging
+    # forward) between each backward and the optimizer's step.
+    if procedure == "validate":
+        module.eval()
+    else:
+        module.train()
 
     def grads(step):
         for pname, p in module.named_parameters():
@@ -178,6 +186,9 @@ def run(name, procedure, kind, utility):
                     record[f"step{step}.grad_x{i}"] = x.grad.clone()
         else:
             output(module, kind, xs[0]).pow(2).sum().backward()
+        if procedure == "validate":
+            with torch.no_grad():
+                record[f"step{step}.validate"] = output(module, kind, xs[1]).clone()
         grads(step)
         optimizer.step()
     for key, value in module.state_dict().items():

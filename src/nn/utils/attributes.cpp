@@ -5,6 +5,8 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <atomic>
+#include <iterator>
 #include <sstream>
 
 #include "modhooks/core/error.h"
@@ -81,64 +83,122 @@ void Applied::remove_hooks() noexcept {
 
 namespace {
 
-at::Tensor grad_of(const at::Tensor& tensor) {
-  return tensor.is_leaf() ? tensor.grad() : at::Tensor();
-}
+std::atomic<int> cached_scopes{0};
+std::atomic<std::uint64_t> cached_scope_number{1};
 
-Stamp stamp_of(const at::Tensor& tensor) {
-  at::Tensor grad = grad_of(tensor);
-  const std::int64_t grad_version = grad.defined() ? grad._version() : 0;
-  return {tensor,         tensor.storage(), tensor._version(), tensor.storage_offset(),
-          tensor.dtype(), std::move(grad),  grad_version};
-}
+/// A module whose forwards this thread holds apart (see `Utilities`): `owner` where this entry
+/// took `utilities->forwards`, not where a call of the module nested in its own forward found it
+/// held already.
+struct Held {
+  std::shared_ptr<Utilities> utilities;
+  bool shared;
+  bool owner;
+};
+thread_local std::vector<Held> held;
 
-bool same_as(const Stamp& stamp, const at::Tensor& tensor) {
-  if (!stamp.tensor.is_same(tensor) || tensor._version() != stamp.version ||
-      tensor.storage().unsafeGetStorageImpl() != stamp.storage.unsafeGetStorageImpl() ||
-      tensor.storage_offset() != stamp.offset || tensor.dtype() != stamp.dtype) {
-    return false;
+const Held* held_here(const Utilities& utilities) noexcept {
+  for (auto it = held.rbegin(); it != held.rend(); ++it) {
+    if (it->utilities.get() == &utilities) return &*it;
   }
-  const at::Tensor grad = grad_of(tensor);
-  return grad.is_same(stamp.grad) && (!grad.defined() || grad._version() == stamp.grad_version);
+  return nullptr;
 }
 
-}  // namespace
-
-void Applied::hold(at::Tensor value) {
-  member.get() = value;
-  assigned_ = std::move(value);
-  stamps_.clear();
-}
-
-void Applied::assign(const at::Tensor& value) {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  hold(value);
-}
-
-bool Applied::unchanged(torch::nn::Module& module) {
-  if (stamps_.empty() || !member.get().is_same(assigned_)) return false;
-  const std::vector<at::Tensor> now = inputs(module);
-  if (now.size() != stamps_.size()) return false;
-  for (std::size_t i = 0; i < now.size(); ++i) {
-    if (!same_as(stamps_[i], now[i])) return false;
+/// Whether every utility of the module holds the value of the `Cached` scope `scope`.
+bool all_computed_in(const Utilities& utilities, torch::nn::Module& module, std::uint64_t scope) {
+  for (const auto& applied : utilities.applied) {
+    if (!applied->cacheable(module) || !applied->computed_in(scope)) return false;
   }
   return true;
 }
 
-void Applied::before_forward(torch::nn::Module& module) {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  if (!at::GradMode::is_enabled() && !steps(module) && unchanged(module)) return;
-  hold(compute(module));
-  // In training mode the next forward computes anyway: only eval mode keeps what it computed.
-  if (steps(module)) return;
-  for (const at::Tensor& input : inputs(module)) {
-    // An inference tensor keeps no version: its value is never taken as unchanged.
-    if (input.is_inference() || grad_of(input).is_inference()) {
-      stamps_.clear();
-      break;
-    }
-    stamps_.push_back(stamp_of(input));
+/// The pre-hook before the first utility's: holds the module's forwards apart, shared where a
+/// `Cached` scope has every value computed already, exclusively otherwise.
+void enter_forward(const std::shared_ptr<Utilities>& utilities, torch::nn::Module& module) {
+  if (const Held* outer = held_here(*utilities)) {
+    held.push_back({utilities, outer->shared, false});
+    return;
   }
+  const std::uint64_t scope = cached_scope();
+  if (scope != 0 && all_computed_in(*utilities, module, scope)) {
+    utilities->forwards.lock_shared();
+    if (all_computed_in(*utilities, module, scope)) {
+      held.push_back({utilities, true, true});
+      return;
+    }
+    utilities->forwards.unlock_shared();
+  }
+  utilities->forwards.lock();
+  held.push_back({utilities, false, true});
+}
+
+/// The always-call forward hook: lets go of what `enter_forward` took.
+void exit_forward(const Utilities& utilities) noexcept {
+  for (auto it = held.rbegin(); it != held.rend(); ++it) {
+    if (it->utilities.get() != &utilities) continue;
+    const Held entry = std::move(*it);
+    held.erase(std::next(it).base());
+    if (!entry.owner) return;
+    if (entry.shared) {
+      entry.utilities->forwards.unlock_shared();
+    } else {
+      entry.utilities->forwards.unlock();
+    }
+    return;
+  }
+}
+
+/// The module's first utility registers the hooks that hold its forwards apart.
+void guard_forwards(torch::nn::Module& module, Utilities& utilities) {
+  if (!utilities.guards.empty()) return;
+  std::weak_ptr<Utilities> weak = modhooks::nn::utils::detail::find_utilities(module);
+  utilities.guards.push_back(modhooks::register_forward_pre_hook(
+      module, [weak](torch::nn::Module& self, const std::vector<c10::IValue>&) {
+        if (auto live = weak.lock()) enter_forward(live, self);
+      }));
+  utilities.guards.push_back(modhooks::register_forward_hook(
+      module,
+      [weak](torch::nn::Module&, const std::vector<c10::IValue>&, const c10::IValue&) {
+        if (auto live = weak.lock()) exit_forward(*live);
+      },
+      ForwardHookOptions().always_call(true)));
+}
+
+}  // namespace
+
+std::uint64_t cached_scope() noexcept {
+  return cached_scopes.load(std::memory_order_acquire) > 0
+             ? cached_scope_number.load(std::memory_order_acquire)
+             : 0;
+}
+
+void enter_cached_scope() noexcept { cached_scopes.fetch_add(1, std::memory_order_acq_rel); }
+
+void leave_cached_scope() noexcept {
+  // The next scope gets a number of its own: no value of this one is taken as that scope's.
+  if (cached_scopes.load(std::memory_order_acquire) == 1) {
+    cached_scope_number.fetch_add(1, std::memory_order_acq_rel);
+  }
+  cached_scopes.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+bool Applied::cacheable(torch::nn::Module& module) const {
+  return !at::GradMode::is_enabled() && !module.is_training();
+}
+
+void Applied::assign(const at::Tensor& value) {
+  member.get() = value;
+  scope_.store(0, std::memory_order_release);
+}
+
+void Applied::before_forward(torch::nn::Module& module) {
+  const std::uint64_t scope = cached_scope();
+  if (scope != 0 && cacheable(module)) {
+    if (computed_in(scope)) return;
+    member.get() = compute(module);
+    scope_.store(scope, std::memory_order_release);
+    return;
+  }
+  assign(compute(module));
 }
 
 std::shared_ptr<Utilities> utilities_for(torch::nn::Module& module) {
@@ -149,19 +209,27 @@ std::shared_ptr<Utilities> find_utilities(const torch::nn::Module& module) {
   return modhooks::detail::entry_find(modhooks::detail::nn_table<Utilities>(), module);
 }
 
-RemovableHandle recompute_before_forward(torch::nn::Module& module,
+RemovableHandle recompute_before_forward(torch::nn::Module& module, Utilities& utilities,
                                          const std::shared_ptr<Applied>& applied) {
+  guard_forwards(module, utilities);
   std::weak_ptr<Applied> weak = applied;
+  std::weak_ptr<Utilities> owner = find_utilities(module);
   return modhooks::register_forward_pre_hook(
-      module, [weak](torch::nn::Module& self, const std::vector<c10::IValue>&) {
-        if (auto live = weak.lock()) live->before_forward(self);
+      module, [weak, owner](torch::nn::Module& self, const std::vector<c10::IValue>&) {
+        auto live = weak.lock();
+        if (!live) return;
+        // A forward that holds the module's forwards shared reads what its scope computed.
+        const auto utilities = owner.lock();
+        const Held* entry = utilities ? held_here(*utilities) : nullptr;
+        if (entry != nullptr && entry->shared) return;
+        live->before_forward(self);
       });
 }
 
 void install(torch::nn::Module& module, Utilities& utilities,
              const std::shared_ptr<Applied>& applied) {
   applied->assign(applied->compute(module));
-  applied->handles.push_back(recompute_before_forward(module, applied));
+  applied->handles.push_back(recompute_before_forward(module, utilities, applied));
   utilities.applied.push_back(applied);
 }
 
@@ -170,6 +238,10 @@ void uninstall(torch::nn::Module& module, const std::shared_ptr<Applied>& applie
   if (auto utilities = find_utilities(module)) {
     auto& list = utilities->applied;
     list.erase(std::remove(list.begin(), list.end(), applied), list.end());
+    if (list.empty()) {
+      for (RemovableHandle& handle : utilities->guards) handle.remove();
+      utilities->guards.clear();
+    }
   }
 }
 

@@ -3,15 +3,15 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/Storage.h>
 #include <torch/nn/module.h>
 #include <torch/ordered_dict.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
-#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,20 +64,6 @@ Member find_member(torch::nn::Module& module, const std::string& name);
 /// `name`.
 Member member_for(torch::nn::Module& module, const std::string& name, const at::Tensor& tensor);
 
-/// One input of a utility's computation as it was when the value was computed. The same
-/// TensorImpl with the same version, storage and dtype, and the same gradient (a backward pass
-/// changes it, and libtorch's optimizers write through `.data()`, which no version counter
-/// sees), stands for the same value.
-struct Stamp {
-  at::Tensor tensor;
-  c10::Storage storage;  // held, so that a new storage cannot reuse the address
-  std::int64_t version = 0;
-  std::int64_t offset = 0;
-  caffe2::TypeMeta dtype;
-  at::Tensor grad;  // held, for the same reason
-  std::int64_t grad_version = 0;
-};
-
 /// One utility on one tensor of a module: what Python keeps as a forward pre-hook object
 /// (`WeightNorm`, `SpectralNorm`, a pruning method) or as the parametrized property.
 struct Applied {
@@ -88,21 +74,22 @@ struct Applied {
 
   /// Computes the tensor the module's forward reads (the pre-hook's work).
   virtual at::Tensor compute(torch::nn::Module& module) = 0;
-  /// The tensors `compute` reads. While none of them changed, a forward without grad in eval
-  /// mode keeps the last value instead of computing it again, so that a served model writes
-  /// nothing.
-  virtual std::vector<at::Tensor> inputs(torch::nn::Module& module) = 0;
-  /// Whether every forward computes, grad or not, as in Python: in training mode, where
-  /// `compute` may step the module's state (spectral norm's power iteration).
-  virtual bool steps(torch::nn::Module& module) const { return module.is_training(); }
+  /// Whether a `parametrize::Cached` scope keeps the value this forward would compute: always
+  /// for a parametrization (Python's `parametrize.cached()`); for the hook forms only in a
+  /// forward without grad in eval mode (serving), where no power iteration steps and no graph
+  /// is shared between forwards.
+  virtual bool cacheable(torch::nn::Module& module) const;
 
   /// Python's `setattr(module, name, value)`: the member holds `value` from now on.
   void assign(const at::Tensor& value);
-  /// What runs before each forward: the member gets a newly computed tensor, unless grad is off,
-  /// the module is in eval mode (`steps` is false) and the inputs and the member are as the last
-  /// computation left them. Serialised per utility: several threads may run the module without
-  /// grad in eval mode, reading the member that none of them writes.
+  /// What runs before each forward: the member gets a newly computed tensor, as in Python, or,
+  /// inside a `Cached` scope, the value computed once in that scope. The module's forwards are
+  /// serialised around it (see `Utilities`), so no forward reads the member while it is written.
   void before_forward(torch::nn::Module& module);
+  /// Whether the member holds the value of the `Cached` scope `scope` (see `cached_scope`).
+  bool computed_in(std::uint64_t scope) const noexcept {
+    return scope_.load(std::memory_order_acquire) == scope;
+  }
   /// Removes the hooks this utility registered.
   void remove_hooks() noexcept;
 
@@ -114,21 +101,30 @@ struct Applied {
   std::vector<RemovableHandle> handles;
 
  private:
-  /// The member and `assigned_` take `value`, whose inputs are not yet known (mutex_ held).
-  void hold(at::Tensor value);
-  bool unchanged(torch::nn::Module& module);
-
-  std::mutex mutex_;
-  std::vector<Stamp> stamps_;  // the inputs when `assigned_` was computed in eval mode, or none
-  at::Tensor assigned_;        // what the member was last given
+  std::atomic<std::uint64_t> scope_{0};  // the `Cached` scope the member's value is of; 0: none
 };
+
+/// The `parametrize::Cached` scope under way in the process (Python's cache is global): a
+/// number of its own for each outermost scope, 0 while none lives.
+std::uint64_t cached_scope() noexcept;
+/// A `Cached` scope begins and ends (nested ones count).
+void enter_cached_scope() noexcept;
+void leave_cached_scope() noexcept;
 
 /// The utilities applied to a module, in the order they were applied (Python's order of
 /// `_forward_pre_hooks`); a utility replaced by another (a pruning container) keeps its place.
 /// Also the members its class's user declared.
+///
+/// A forward writes the members its utilities compute, which another thread's forward of the
+/// same module may be reading: `forwards` keeps them apart. A forward pre-hook registered before
+/// the first utility's takes it, an always-call forward hook lets it go: exclusively where some
+/// utility computes, shared inside a `Cached` scope once every value is the scope's, so threads
+/// serving one model in a scope run in parallel.
 struct Utilities {
   std::vector<std::shared_ptr<Applied>> applied;
   std::vector<std::pair<std::string, at::Tensor*>> members;
+  std::shared_mutex forwards;
+  std::vector<RemovableHandle> guards;  // the two hooks around each forward, while any utility
 };
 
 /// The module's utilities, created on first use (the module must be owned by a shared_ptr, as
@@ -155,8 +151,9 @@ void install(torch::nn::Module& module, Utilities& utilities,
              const std::shared_ptr<Applied>& applied);
 
 /// A forward pre-hook that runs `applied->before_forward`; it holds `applied` weakly (the
-/// module's utilities own it), so a removed utility stops.
-RemovableHandle recompute_before_forward(torch::nn::Module& module,
+/// module's utilities own it), so a removed utility stops. The module's first utility also
+/// registers, before it, the hooks that serialise its forwards (see `Utilities`).
+RemovableHandle recompute_before_forward(torch::nn::Module& module, Utilities& utilities,
                                          const std::shared_ptr<Applied>& applied);
 
 /// Takes `applied` off the module: its hooks and its place among the utilities.

@@ -5,8 +5,6 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/container/moduledict.h>
 
-#include <unordered_map>
-
 #include "attributes.h"
 #include "modhooks/state/detail/texts.h"
 
@@ -56,46 +54,14 @@ void set_data(const at::Tensor& dest, const at::Tensor& src) {
   dest.set_(src);
 }
 
-/// The thread's `parametrize.cached()` state: how many `Cached` live, and what they hold.
-struct Cache {
-  int enabled = 0;
-  std::unordered_map<const void*, at::Tensor> tensors;
-};
-thread_local Cache cache;
-
 /// A parametrized tensor of a module: its attribute is `parametrizations.<name>()`.
 struct Parametrized final : Applied {
   Parametrized(std::string tensor_name, utils::detail::Member where,
                std::shared_ptr<ParametrizationListImpl> parametrizations)
       : Applied(std::move(tensor_name), where), list(std::move(parametrizations)) {}
-  at::Tensor compute(torch::nn::Module&) override {
-    if (!cache.enabled) return list->forward();
-    auto [slot, inserted] = cache.tensors.try_emplace(this);
-    if (inserted) {
-      try {
-        slot->second = list->forward();
-      } catch (...) {
-        cache.tensors.erase(slot);
-        throw;
-      }
-    }
-    return slot->second;
-  }
-  /// The originals and every parameter and buffer of the parametrizations.
-  std::vector<at::Tensor> inputs(torch::nn::Module&) override {
-    std::vector<at::Tensor> all = list->parameters();
-    for (const at::Tensor& buffer : list->buffers()) all.push_back(buffer);
-    return all;
-  }
-  /// A parametrization in training mode may step its state (`_SpectralNorm`'s power iteration),
-  /// so it computes at every forward.
-  bool steps(torch::nn::Module& module) const override {
-    if (module.is_training()) return true;
-    for (std::size_t i = 0; i < list->size(); ++i) {
-      if ((*list)[i].module->is_training()) return true;
-    }
-    return false;
-  }
+  at::Tensor compute(torch::nn::Module&) override { return list->forward(); }
+  /// Python's `parametrize.cached()` keeps a parametrized tensor in every mode.
+  bool cacheable(torch::nn::Module&) const override { return true; }
   std::shared_ptr<ParametrizationListImpl> list;
 };
 
@@ -215,11 +181,9 @@ void ParametrizationListImpl::append(Parametrization parametrization) {
   items_.push_back(std::move(parametrization));
 }
 
-Cached::Cached() { ++cache.enabled; }
+Cached::Cached() { utils::detail::enter_cached_scope(); }
 
-Cached::~Cached() {
-  if (--cache.enabled == 0) cache.tensors.clear();
-}
+Cached::~Cached() { utils::detail::leave_cached_scope(); }
 
 namespace {
 
@@ -341,7 +305,7 @@ void register_parametrization(torch::nn::Module& module, const std::string& name
   dict->update(
       std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>{{name, list}});
   applied->assign(first);
-  applied->handles.push_back(ud::recompute_before_forward(module, applied));
+  applied->handles.push_back(ud::recompute_before_forward(module, *utilities, applied));
   utilities->applied.push_back(applied);
 }
 

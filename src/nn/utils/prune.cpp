@@ -150,10 +150,6 @@ struct Pruned final : utils::detail::Applied {
     const at::Tensor& orig = utils::detail::parameters_of(module)[orig_key];
     return utils::detail::buffers_of(module)[mask_key].to(orig.scalar_type()) * orig;
   }
-  std::vector<at::Tensor> inputs(torch::nn::Module& module) override {
-    return {utils::detail::parameters_of(module)[orig_key],
-            utils::detail::buffers_of(module)[mask_key]};
-  }
   std::string orig_key, mask_key;  // looked up at each forward, as Python's getattr does
   std::shared_ptr<const BasePruningMethod> method;
 };

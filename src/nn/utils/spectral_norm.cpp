@@ -41,10 +41,6 @@ struct SpectralNorm final : Applied {
   at::Tensor compute(torch::nn::Module& module) override {
     return compute(module, module.is_training());
   }
-  std::vector<at::Tensor> inputs(torch::nn::Module& module) override {
-    TensorDict& buffers = buffers_of(module);
-    return {parameters_of(module)[orig_key], buffers[u_key], buffers[v_key]};
-  }
 
   /// Python's `compute_weight(module, do_power_iteration)`.
   at::Tensor compute(torch::nn::Module& module, bool do_power_iteration) {
@@ -164,7 +160,7 @@ void spectral_norm(torch::nn::Module& module, const std::string& name,
   // Python sets `name` to `weight.data` here; the first forward computes it.
   fn->assign(weight.variable_data());
   utilities->applied.push_back(fn);
-  fn->handles.push_back(recompute_before_forward(module, fn));
+  fn->handles.push_back(recompute_before_forward(module, *utilities, fn));
   const std::weak_ptr<SpectralNorm> weak = fn;
   fn->handles.push_back(modhooks::register_state_dict_post_hook(
       module, [weak](torch::nn::Module&, StateDict& state_dict, const std::string& prefix,

@@ -24,10 +24,6 @@ struct WeightNorm final : Applied {
     TensorDict& parameters = parameters_of(module);
     return at::_weight_norm(parameters[v_key], parameters[g_key], dim);
   }
-  std::vector<at::Tensor> inputs(torch::nn::Module& module) override {
-    TensorDict& parameters = parameters_of(module);
-    return {parameters[g_key], parameters[v_key]};
-  }
   std::string g_key, v_key;  // looked up at each forward, as Python's getattr does
   std::int64_t dim;
 };
