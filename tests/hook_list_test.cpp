@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <future>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -94,6 +98,27 @@ TEST(HookList, CounterTracksHooksAndTheListsDeath) {
     EXPECT_EQ(counter.load(), 1);
   }
   EXPECT_EQ(counter.load(), 0);
+}
+
+TEST(HookList, AHookWhoseDestructorRemovesASiblingDoesNotDeadlock) {
+  // A hook that owns a sibling's handle removes the sibling when it dies: the removal that
+  // destroys it must have let go of the list's locks first.
+  using Owning = modhooks::detail::HookList<std::shared_ptr<void>>;
+  Owning list;
+  const std::uint64_t sibling = list.add(nullptr);
+  const std::uint64_t owner =
+      list.add(std::shared_ptr<void>(nullptr, [&list, sibling](void*) { list.remove(sibling); }));
+  std::promise<void> removed;
+  std::future<void> done = removed.get_future();
+  std::thread([&] {
+    list.remove(owner);
+    removed.set_value();
+  }).detach();
+  if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "remove() deadlocked on the list's own lock";
+    std::_Exit(1);  // the remover is stuck for good
+  }
+  EXPECT_TRUE(list.empty());
 }
 
 TEST(HookList, ConcurrentAddRemoveAndDispatch) {

@@ -217,6 +217,7 @@ class HookList final : public HookTableBase {
   /// `id` is a fresh one unless given (one hook stored in several lists shares its id).
   std::uint64_t add(Hook hook, bool prepend = false, std::uint64_t id = 0) {
     if (id == 0) id = next_hook_id.fetch_add(1);
+    Snapshot old;  // dies after the locks: its hooks' destructors may edit this list again
     {
       std::lock_guard<std::mutex> writing(write_mutex_);
       Entries next;
@@ -228,7 +229,7 @@ class HookList final : public HookTableBase {
         next.insert(next.end(), entries_->begin(), entries_->end());
         next.push_back(Entry{id, std::move(hook)});
       }
-      publish(Snapshot::make(std::move(next)));
+      old = publish(Snapshot::make(std::move(next)));
       if (counter_) counter_->fetch_add(1);
     }
     if (observer_) observer_->hooks_changed(1);
@@ -237,6 +238,7 @@ class HookList final : public HookTableBase {
   }
 
   void remove(std::uint64_t id) noexcept override {
+    Snapshot old;  // dies after the locks: its hooks' destructors may edit this list again
     {
       std::lock_guard<std::mutex> writing(write_mutex_);
       auto pos = std::find_if(entries_->begin(), entries_->end(),
@@ -246,7 +248,7 @@ class HookList final : public HookTableBase {
       next.reserve(entries_->size() - 1);
       next.insert(next.end(), entries_->begin(), pos);
       next.insert(next.end(), std::next(pos), entries_->end());
-      publish(Snapshot::make(std::move(next)));
+      old = publish(Snapshot::make(std::move(next)));
       if (counter_) counter_->fetch_sub(1);
     }
     if (observer_) observer_->hooks_changed(-1);
@@ -280,11 +282,12 @@ class HookList final : public HookTableBase {
   bool empty() const { return size() == 0; }
 
  private:
-  /// Swaps in the edited copy; the old one dies after the lock (its hooks' destructors may
-  /// re-enter modhooks), unless a snapshot still holds it. The shared word of kinds changes by one
-  /// exclusive-or of this list's old and new bits, so the other lists' bits, which their editors
-  /// may change meanwhile, are never rewritten.
-  void publish(Snapshot next) {
+  /// Swaps in the edited copy and returns the old one, which the editor keeps until it has let
+  /// go of `write_mutex_` (its hooks' destructors may re-enter modhooks, this list included),
+  /// unless a snapshot still holds it. The shared word of kinds changes by one exclusive-or of
+  /// this list's old and new bits, so the other lists' bits, which their editors may change
+  /// meanwhile, are never rewritten.
+  [[nodiscard]] Snapshot publish(Snapshot next) {
     const std::uint32_t bits = next->empty() ? 0 : kinds_.nonempty;
     {
       std::lock_guard<SpinLock> lock(*guard_);
@@ -294,6 +297,7 @@ class HookList final : public HookTableBase {
     bits_ = bits;
     size_.store(entries_->size(), std::memory_order_release);
     hook_lists_generation.fetch_add(1, std::memory_order_release);
+    return next;
   }
 
   // What a hooked call reads, first after the vtable pointer: one cache line with the word of
