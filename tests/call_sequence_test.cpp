@@ -24,6 +24,11 @@
 // calls (the oracle checks in Python that both ways give the same log). Pre-hook scenarios need
 // a point with inputs: on a point without them no pre-hook runs and forward hooks see no args,
 // which no Python module does, so those combinations are not replayed there.
+//
+// The scenarios at the end edit the hook lists while the call runs (a hook's `edits`, and
+// `inner_edits` in a forward hook on `target.inner`, inside the target's forward: between the two
+// halves of a point): the forward hooks are read after forward returns and the always-call hooks
+// when the call fails, so what they register or remove takes effect in that same call.
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/import.h>
 #include <torch/torch.h>
@@ -33,6 +38,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -87,6 +93,23 @@ const char* const kScenarios[] = {
     "always_hooks_raise_after_forward_raises",
     "always_hook_raises_after_pre_hook_raises",
     "always_hooks_replace_after_forward_raises",
+    "pre_hook_registers_one_shot_forward_hook",
+    "pre_hook_registers_prepended_forward_hook",
+    "pre_hook_removes_forward_hook",
+    "pre_hook_removes_global_forward_hook",
+    "pre_hook_registers_global_forward_hook",
+    "pre_hook_registers_pre_hook",
+    "forward_registers_global_forward_hook",
+    "forward_registers_forward_hook_reading_args",
+    "forward_removes_forward_hooks",
+    "no_hooks_when_called_then_forward_registers_some",
+    "forward_hook_registers_forward_hook",
+    "forward_raises_after_pre_hook_registers_always_hooks",
+    "forward_raises_after_pre_hook_removes_always_hook",
+    "forward_registers_always_hook_and_raises",
+    "forward_hook_removes_started_always_hook_then_raises",
+    "forward_hook_registers_always_hook_then_raises",
+    "pre_hook_registers_always_hook_then_raises",
 };
 
 #if defined(MODHOOKS_AOTI_PACKAGES)
@@ -126,12 +149,16 @@ struct HookSpec {
         kind(j.at("kind").get<std::string>()),
         action(j.at("action").is_null() ? "" : j.at("action").get<std::string>()),
         prepend(j.at("prepend").get<bool>()),
-        always_call(j.at("always_call").get<bool>()) {}
+        always_call(j.at("always_call").get<bool>()),
+        once(j.value("once", false)),
+        edits(j.value("edits", json::array())) {}
   std::string id;
   std::string kind;    // "global_pre", "pre", "forward", "global_forward"
   std::string action;  // "", "replace", "raise"
   bool prepend;
   bool always_call;
+  bool once;   // removes itself when it runs
+  json edits;  // what it registers or removes when it runs, before its action
 };
 
 json sum_of(const c10::IValue& value) {
@@ -142,16 +169,20 @@ json sum_of(const c10::IValue& value) {
 json first_arg_sum(const Args& args) { return args.empty() ? json(nullptr) : sum_of(args[0]); }
 
 /// What the hooks saw, and what they do: the oracle's `make_hook`.
+/// `ran` is what the hook does besides (its edits of the lists).
 struct Log {
-  std::optional<Args> pre(const HookSpec& spec, const Args& args) {
+  std::optional<Args> pre(const HookSpec& spec, const Args& args,
+                          const std::function<void()>& ran) {
     events.push_back(json{{"hook", spec.id}, {"args", first_arg_sum(args)}});
+    ran();
     if (spec.action == "raise") throw std::runtime_error(spec.id + " failed");
     if (spec.action == "replace") return Args{args.at(0).toTensor() * 2};
     return std::nullopt;
   }
-  std::optional<c10::IValue> forward(const HookSpec& spec, const Args& args,
-                                     const c10::IValue& out) {
+  std::optional<c10::IValue> forward(const HookSpec& spec, const Args& args, const c10::IValue& out,
+                                     const std::function<void()>& ran) {
     events.push_back(json{{"hook", spec.id}, {"args", first_arg_sum(args)}, {"out", sum_of(out)}});
+    ran();
     if (spec.action == "raise") throw std::runtime_error(spec.id + " failed");
     if (spec.action == "replace") {
       return out.isNone() ? c10::IValue(args.at(0).toTensor() + 100)
@@ -162,58 +193,101 @@ struct Log {
   json events = json::array();
 };
 
-/// Removes every hook of a case, global ones included, however the case ends.
-struct Handles {
-  Handles() = default;
-  Handles(const Handles&) = delete;
-  Handles& operator=(const Handles&) = delete;
-  ~Handles() {
-    for (auto& h : all) h.remove();
+/// The hooks of one case by id, which hooks edit while the call runs (the oracle's `Registry`):
+/// own ones on `target`, global ones for every module of the kind whose hooks take `Mod&`,
+/// logging and acting only where `is_target`. Removes every hook, global ones included, however
+/// the case ends.
+template <class Mod, class Target>
+class Registry {
+ public:
+  Registry(Target& target, std::function<bool(Mod&)> is_target, Log& log)
+      : target_(target), is_target_(std::move(is_target)), log_(log) {}
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+  ~Registry() {
+    for (auto& h : extra_) h.remove();
+    for (auto& [id, h] : handles_) h.remove();
   }
-  void add(modhooks::RemovableHandle h) { all.push_back(h); }
-  std::vector<modhooks::RemovableHandle> all;
-};
 
-/// Registers the scenario's hooks in its order: own ones on `target`, global ones for every
-/// module of the kind whose hooks take `Mod&`, logging and acting only where `is_target`.
-template <class Mod, class Target, class IsTarget>
-void register_hooks(Target& target, IsTarget is_target, const json& scenario, Log& log,
-                    Handles& handles) {
-  for (const auto& j : scenario.at("hooks")) {
-    const HookSpec spec(j);
-    const modhooks::ForwardHookOptions options =
-        modhooks::ForwardHookOptions().prepend(spec.prepend).always_call(spec.always_call);
-    if (spec.kind == "global_pre") {
-      handles.add(modhooks::register_module_forward_pre_hook(
-          [&log, spec, is_target](Mod& m, const Args& args) -> std::optional<Args> {
-            if (!is_target(m)) return std::nullopt;
-            return log.pre(spec, args);
-          }));
-    } else if (spec.kind == "pre") {
-      handles.add(modhooks::register_forward_pre_hook(
-          target,
-          [&log, spec](Mod&, const Args& args) -> std::optional<Args> {
-            return log.pre(spec, args);
-          },
-          options));
-    } else if (spec.kind == "forward") {
-      handles.add(modhooks::register_forward_hook(
-          target,
-          [&log, spec](Mod&, const Args& args, const c10::IValue& out)
-              -> std::optional<c10::IValue> { return log.forward(spec, args, out); },
-          options));
-    } else {
-      ASSERT_EQ(spec.kind, "global_forward");
-      ASSERT_FALSE(spec.prepend) << "Python's global forward hooks have no prepend";
-      handles.add(modhooks::register_module_forward_hook(
-          [&log, spec, is_target](Mod& m, const Args& args,
-                                  const c10::IValue& out) -> std::optional<c10::IValue> {
-            if (!is_target(m)) return std::nullopt;
-            return log.forward(spec, args, out);
-          },
-          modhooks::ForwardHookOptions().always_call(spec.always_call)));
+  /// Registers the scenario's hooks in its order.
+  void add_all(const json& scenario) {
+    for (const auto& j : scenario.at("hooks")) add(HookSpec(j));
+  }
+  /// A handle of a hook outside the scenario, removed with the others.
+  void keep(modhooks::RemovableHandle h) { extra_.push_back(h); }
+
+  /// Runs the oracle's edits: registrations and removals by id.
+  void edit(const json& edits) {
+    for (const auto& e : edits) {
+      if (e.at("op") == "register") {
+        add(HookSpec(e.at("hook")));
+      } else {
+        handles_.at(e.at("id").get<std::string>()).remove();
+      }
     }
   }
+
+ private:
+  /// What a hook does when it runs, before its action: removes itself where it is a one-shot
+  /// hook, and edits the lists.
+  void ran(const HookSpec& spec) {
+    if (spec.once) handles_.at(spec.id).remove();
+    edit(spec.edits);
+  }
+
+  void add(const HookSpec& spec) {
+    const modhooks::ForwardHookOptions options =
+        modhooks::ForwardHookOptions().prepend(spec.prepend).always_call(spec.always_call);
+    modhooks::RemovableHandle handle;
+    if (spec.kind == "global_pre") {
+      handle = modhooks::register_module_forward_pre_hook(
+          [this, spec](Mod& m, const Args& args) -> std::optional<Args> {
+            if (!is_target_(m)) return std::nullopt;
+            return log_.pre(spec, args, [&] { ran(spec); });
+          });
+    } else if (spec.kind == "pre") {
+      handle = modhooks::register_forward_pre_hook(
+          target_,
+          [this, spec](Mod&, const Args& args) -> std::optional<Args> {
+            return log_.pre(spec, args, [&] { ran(spec); });
+          },
+          options);
+    } else if (spec.kind == "forward") {
+      handle = modhooks::register_forward_hook(
+          target_,
+          [this, spec](Mod&, const Args& args,
+                       const c10::IValue& out) -> std::optional<c10::IValue> {
+            return log_.forward(spec, args, out, [&] { ran(spec); });
+          },
+          options);
+    } else {
+      EXPECT_EQ(spec.kind, "global_forward");
+      EXPECT_FALSE(spec.prepend) << "Python's global forward hooks have no prepend";
+      handle = modhooks::register_module_forward_hook(
+          [this, spec](Mod& m, const Args& args,
+                       const c10::IValue& out) -> std::optional<c10::IValue> {
+            if (!is_target_(m)) return std::nullopt;
+            return log_.forward(spec, args, out, [&] { ran(spec); });
+          },
+          modhooks::ForwardHookOptions().always_call(spec.always_call));
+    }
+    handles_[spec.id] = handle;
+  }
+
+  Target& target_;
+  std::function<bool(Mod&)> is_target_;
+  Log& log_;
+  std::map<std::string, modhooks::RemovableHandle> handles_;
+  std::vector<modhooks::RemovableHandle> extra_;
+};
+
+/// Registers on `inner` the forward hook that runs the scenario's `inner_edits` (none where it
+/// has none).
+template <class Mod, class Target, class Inner>
+void edit_in_forward(Registry<Mod, Target>& registry, Inner& inner, const json& edits) {
+  if (edits.empty()) return;
+  registry.keep(modhooks::register_forward_hook(
+      inner, [&registry, edits](Mod&, const Args&, const c10::IValue&) { registry.edit(edits); }));
 }
 
 /// Runs the parent once and returns what happened in the oracle's form.
@@ -315,6 +389,7 @@ class CallSequence : public ::testing::TestWithParam<const char*> {
     x = torch::tensor(values, torch::TensorOptions().dtype(torch::kDouble));
     message = all.at("message").get<std::string>();
     forward_raises = scenario.at("forward_raises").get<bool>();
+    inner_edits = scenario.value("inner_edits", json::array());
   }
   /// Compares what C++ did with what Python did.
   void expect_python(const json& got) const {
@@ -326,6 +401,7 @@ class CallSequence : public ::testing::TestWithParam<const char*> {
   at::Tensor x;
   std::string message;
   bool forward_raises = false;
+  json inner_edits;  // what a forward hook on `target.inner` edits, inside the target's forward
 };
 
 TEST(ScenarioList, IsTheOracles) {
@@ -338,13 +414,22 @@ TEST(ScenarioList, IsTheOracles) {
 
 #ifndef MODHOOKS_POINT_CASE
 
-/// oracle_call_sequence.py's Target: its forward raises while `fail` is set.
+/// oracle_call_sequence.py's Scale.
+struct ScaleImpl : torch::nn::Module {
+  at::Tensor forward(const at::Tensor& x) { return x * 3; }
+};
+
+/// oracle_call_sequence.py's Target: its forward raises while `fail` is set, after it called
+/// `inner` through its hooks.
 struct TargetImpl : torch::nn::Module {
-  explicit TargetImpl(std::string text) : message(std::move(text)) {}
+  explicit TargetImpl(std::string text)
+      : inner(register_module("inner", std::make_shared<ScaleImpl>())), message(std::move(text)) {}
   at::Tensor forward(const at::Tensor& x) {
+    at::Tensor y = modhooks::call(inner, x);
     if (fail) throw std::runtime_error(message);
-    return x * 3 + 0.5;
+    return y + 0.5;
   }
+  std::shared_ptr<ScaleImpl> inner;
   bool fail = false;
   std::string message;
 };
@@ -362,10 +447,11 @@ TEST_P(CallSequence, NnModule) {
   parent->target->fail = forward_raises;
   const torch::nn::Module* raw = parent->target.get();
   Log log;
-  Handles handles;
-  register_hooks<torch::nn::Module>(
-      parent->target, [raw](torch::nn::Module& m) { return &m == raw; }, scenario, log, handles);
-  if (HasFatalFailure()) return;
+  Registry<torch::nn::Module, std::shared_ptr<TargetImpl>> registry(
+      parent->target, [raw](torch::nn::Module& m) { return &m == raw; }, log);
+  edit_in_forward(registry, parent->target->inner, inner_edits);
+  registry.add_all(scenario);
+  if (HasFailure()) return;
   expect_python(outcome(log, [&] { return modhooks::call(parent, x); }));
 }
 
@@ -377,11 +463,12 @@ TEST_P(CallSequence, TorchScriptInnerModule) {
   // callee's type, or by `instrument` (a scenario with global hooks only has no such hook).
   modhooks::instrument(model);
   Log log;
-  Handles handles;
-  register_hooks<torch::jit::Module>(
-      target, [target](torch::jit::Module& m) { return m._ivalue() == target._ivalue(); }, scenario,
-      log, handles);
-  if (HasFatalFailure()) return;
+  Registry<torch::jit::Module, torch::jit::Module> registry(
+      target, [target](torch::jit::Module& m) { return m._ivalue() == target._ivalue(); }, log);
+  torch::jit::Module inner = modhooks::submodule(model, "target.inner");
+  edit_in_forward(registry, inner, inner_edits);
+  registry.add_all(scenario);
+  if (HasFailure()) return;
   expect_python(outcome(log, [&] { return model.forward(Args{x}).toTensor(); }));
 }
 
@@ -392,17 +479,18 @@ TEST_P(CallSequence, Point) {
   const Point& target = net.point("target");
   ASSERT_TRUE(target.has_inputs()) << "exported without its inputs: pre-hooks would not run";
   Log log;
-  Handles handles;
+  Registry<const Point, const Point> registry(
+      target, [](const Point& p) { return p.name() == "target"; }, log);
+  edit_in_forward(registry, net.point("target.inner"), inner_edits);
   if (forward_raises) {
     // The target's forward raising: what it calls raises while its point is open.
-    handles.add(modhooks::register_forward_hook(
+    registry.keep(modhooks::register_forward_hook(
         net.point("target.inner"), [text = message](const Point&, const Args&, const c10::IValue&) {
           throw std::runtime_error(text);
         }));
   }
-  register_hooks<const Point>(
-      target, [](const Point& p) { return p.name() == "target"; }, scenario, log, handles);
-  if (HasFatalFailure()) return;
+  registry.add_all(scenario);
+  if (HasFailure()) return;
   expect_python(outcome(log, [&] { return net.run({x}).at(0); }));
 }
 

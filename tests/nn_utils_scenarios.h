@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "modhooks/modhooks.h"
+#include "test_util.h"
 
 namespace nn_utils_scenarios {
 
@@ -254,6 +255,34 @@ inline void check_against_python(const std::string& name) {
                               "\" " + name + " \"" + oracle_dir() + "\" " +
                               std::to_string(tolerance());
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+
+/// A utility applied to a `Linear(4, 3)` where `taken` is already a buffer (or, with `module`, a
+/// submodule): Python's KeyError "attribute '<taken>' already exists", raised before anything
+/// changed (Python raises it after deleting the weight): the same parameters, buffers,
+/// submodules and member, no hook, and the plain forward.
+inline void expect_name_taken(const std::function<void(torch::nn::Linear&)>& apply,
+                              const std::string& taken, bool module = false) {
+  SCOPED_TRACE(taken);
+  torch::nn::Linear m(4, 3);
+  if (module) {
+    m->register_module(taken, torch::nn::Linear(1, 1));
+  } else {
+    m->register_buffer(taken, at::zeros({1}));
+  }
+  const std::vector<std::string> parameters = m->named_parameters().keys();
+  const std::vector<std::string> buffers = m->named_buffers().keys();
+  const std::size_t children = m->children().size();
+  const at::Tensor weight = m->weight;
+  EXPECT_ERROR_WITH(apply(m), KeyError, "nn.utils.name_taken",
+                    "\"attribute '" + taken + "' already exists\"");
+  EXPECT_EQ(m->named_parameters().keys(), parameters);
+  EXPECT_EQ(m->named_buffers().keys(), buffers);
+  EXPECT_EQ(m->children().size(), children);
+  EXPECT_TRUE(m->weight.is_same(weight));
+  EXPECT_TRUE(m->named_parameters()["weight"].is_same(weight));
+  const at::Tensor x = at::randn({2, 4});
+  EXPECT_TRUE(at::equal(modhooks::call(m, x), at::linear(x, weight, m->bias)));
 }
 
 }  // namespace nn_utils_scenarios

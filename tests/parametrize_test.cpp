@@ -479,6 +479,16 @@ TEST(TestNNParametrization, Differential) {
   nn_utils_scenarios::check_against_python("psym_linear");
 }
 
+TEST(TestNNParametrization, ParametrizingWithATakenNameLeavesTheModuleAsItWas) {
+  for (bool module : {false, true}) {
+    nn_utils_scenarios::expect_name_taken(
+        [](torch::nn::Linear& m) {
+          parametrize::register_parametrization(m, "weight", nn_utils_scenarios::Symmetric());
+        },
+        "parametrizations", module);
+  }
+}
+
 }  // namespace
 
 // Python's numbers in the patterns people train with (tests/nn_utils_patterns.h).

@@ -481,6 +481,14 @@ TEST(TestPruningNN, Differential) {
   }
 }
 
+TEST(TestPruningNN, PruningOnATakenNameLeavesTheModuleAsItWas) {
+  nn_utils_scenarios::expect_name_taken(
+      [](torch::nn::Linear& m) { prune::l1_unstructured(m, "weight", 0.5); }, "weight_orig");
+  nn_utils_scenarios::expect_name_taken(
+      [](torch::nn::Linear& m) { prune::l1_unstructured(m, "weight", 0.5); }, "weight_mask",
+      /*module=*/true);
+}
+
 }  // namespace
 
 // Python's numbers in the patterns people train with (tests/nn_utils_patterns.h).

@@ -6,13 +6,17 @@
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/rnn.h>
+#include <torch/optim/sgd.h>
 
 #include <string>
 #include <vector>
 
 #include "modhooks/nn/modules.h"
+#include "modhooks/nn/utils.h"
 #include "modhooks/register.h"
+#include "modhooks/state/module_state.h"
 #include "nets.h"
 #include "test_util.h"
 
@@ -190,6 +194,105 @@ TEST(Sequential, MembersOfLibtorchsSequential) {
   }
   EXPECT_EQ(seq->forward(at::randn({1, 2})).sizes(), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(fired, (std::vector<std::string>{"0", "4", "0", "4"}));
+}
+
+/// A parametrization of a plain `torch::nn::Module`, which libtorch cannot clone.
+struct PlainSymmetricImpl : torch::nn::Module {
+  at::Tensor forward(const at::Tensor& x) { return x.triu() + x.triu(1).transpose(0, 1); }
+};
+TORCH_MODULE(PlainSymmetric);
+
+/// A module of a user's, cloneable as libtorch's layers are, whose children get utilities.
+struct PairImpl : torch::nn::Cloneable<PairImpl> {
+  PairImpl() { reset(); }
+  void reset() override {
+    first = register_module("first", torch::nn::Linear(4, 4));
+    second = register_module("second", torch::nn::Linear(4, 2));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    return modhooks::call(second, modhooks::call(first, x).relu());
+  }
+  torch::nn::Linear first{nullptr}, second{nullptr};
+};
+TORCH_MODULE(Pair);
+
+/// A model with every kind of utility, two nested in a module of a user's.
+modhooks::Sequential with_utilities() {
+  namespace nu = modhooks::nn::utils;
+  torch::nn::Linear pruned(4, 4);
+  nu::prune::l1_unstructured(pruned, "weight", 0.5);
+  nu::prune::random_unstructured(pruned, "weight", 0.25);  // a pruning container
+  return modhooks::Sequential(nu::weight_norm(torch::nn::Linear(3, 4)), torch::nn::Tanh(),
+                              nu::spectral_norm(torch::nn::Linear(4, 4)), pruned, [] {
+                                Pair pair;
+                                nu::parametrizations::weight_norm(pair->first);
+                                nu::parametrizations::spectral_norm(pair->second);
+                                return pair;
+                              }());
+}
+
+TEST(Sequential, CloneOfAModelWithUtilitiesIsPythonsDeepcopy) {
+  // Python's copy.deepcopy: the same utilities with the same values, trained apart from the
+  // original, whose tensors (an optimizer's, built before) stay the very same.
+  auto seq = with_utilities();
+  torch::optim::SGD before(seq->parameters(), torch::optim::SGDOptions(0.1));
+  const std::vector<at::Tensor> parameters = seq->parameters();
+  const modhooks::StateDict state = modhooks::state_dict(seq);
+  const at::Tensor v_before = state.at("0.weight_v").clone();
+  auto copy = std::dynamic_pointer_cast<modhooks::SequentialImpl>(seq->clone());
+  ASSERT_TRUE(copy);
+
+  ASSERT_EQ(seq->parameters().size(), parameters.size());
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_TRUE(seq->parameters()[i].is_same(parameters[i])) << i;
+  }
+  const modhooks::StateDict copied = modhooks::state_dict(copy);
+  ASSERT_EQ(copied.keys(), state.keys());
+  for (const auto& [key, tensor] : state) {
+    EXPECT_TRUE(at::equal(copied.at(key), tensor)) << key;
+    EXPECT_FALSE(copied.at(key).is_same(tensor)) << key;
+  }
+  auto pair = copy->ptr<PairImpl>(4);
+  ASSERT_TRUE(pair);
+  EXPECT_TRUE(modhooks::nn::utils::parametrize::is_parametrized(pair->first, "weight"));
+  EXPECT_TRUE(modhooks::nn::utils::parametrize::is_parametrized(pair->second, "weight"));
+
+  // One step each, the same data: the same numbers, the original's through its old optimizer.
+  const at::Tensor x = at::randn({5, 3});
+  torch::optim::SGD after(copy->parameters(), torch::optim::SGDOptions(0.1));
+  before.zero_grad();
+  modhooks::call(seq, x).pow(2).sum().backward();
+  before.step();
+  after.zero_grad();
+  modhooks::call(copy, x).pow(2).sum().backward();
+  after.step();
+  const modhooks::StateDict trained = modhooks::state_dict(seq);
+  const modhooks::StateDict trained_copy = modhooks::state_dict(copy);
+  for (const auto& [key, tensor] : trained) {
+    EXPECT_TRUE(at::equal(trained_copy.at(key), tensor)) << key;
+  }
+  EXPECT_FALSE(at::equal(trained.at("0.weight_v"), v_before));  // it trained
+  at::NoGradGuard no_grad;
+  EXPECT_TRUE(at::equal(modhooks::call(copy, x), modhooks::call(seq, x)));
+}
+
+TEST(Sequential, CloneOfAParametrizationLibtorchCannotCopyIsRefused) {
+  // A parametrization whose class is not Cloneable: a precise error, the original as it was.
+  namespace parametrize = modhooks::nn::utils::parametrize;
+  torch::nn::Linear layer(4, 4);
+  parametrize::register_parametrization(layer, "weight", PlainSymmetric());
+  modhooks::Sequential seq(layer);
+  const std::vector<std::string> keys = modhooks::state_dict(seq).keys();
+  const std::vector<at::Tensor> parameters = seq->parameters();
+  EXPECT_ERROR(seq->clone(), TypeError, "nn.utils.clone.parametrization");
+  EXPECT_EQ(modhooks::state_dict(seq).keys(), keys);
+  ASSERT_EQ(seq->parameters().size(), parameters.size());
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    EXPECT_TRUE(seq->parameters()[i].is_same(parameters[i])) << i;
+  }
+  EXPECT_TRUE(parametrize::is_parametrized(layer, "weight"));
+  const at::Tensor x = at::randn({2, 4});
+  EXPECT_EQ(modhooks::call(seq, x).sizes(), (std::vector<std::int64_t>{2, 4}));
 }
 
 }  // namespace

@@ -175,6 +175,13 @@ TEST(TestNN, SpectralNormKeptWeightKeepsItsValue) {
   EXPECT_FALSE(at::equal(m->weight, value));
 }
 
+TEST(TestNN, SpectralNormOnATakenNameLeavesTheModuleAsItWas) {
+  nn_utils_scenarios::expect_name_taken([](torch::nn::Linear& m) { nu::spectral_norm(m); },
+                                        "weight_orig");
+  nn_utils_scenarios::expect_name_taken([](torch::nn::Linear& m) { nu::spectral_norm(m); },
+                                        "weight_u", /*module=*/true);
+}
+
 }  // namespace
 
 // Python's numbers in the patterns people train with (tests/nn_utils_patterns.h).

@@ -130,6 +130,12 @@ TEST(TestNN, WeightNormDifferential) {
     nn_utils_scenarios::check_against_python(name);
 }
 
+TEST(TestNN, WeightNormOnATakenNameLeavesTheModuleAsItWas) {
+  for (const char* taken : {"weight_g", "weight_v"}) {
+    nn_utils_scenarios::expect_name_taken([](torch::nn::Linear& m) { nu::weight_norm(m); }, taken);
+  }
+}
+
 }  // namespace
 
 // Python's numbers in the patterns people train with (tests/nn_utils_patterns.h).

@@ -103,6 +103,12 @@ void JitCall::accept_args() const { check_args(*site, *module, values); }
 
 void JitCall::accept_output() const { check_output(*site, *module, returned.get()); }
 
+void JitCall::snapshot_lists(CallSnapshots<torch::jit::Module>& fresh) const {
+  fresh.global.take(global_hooks<torch::jit::Module>().get(), /*guarded=*/false);
+  const std::shared_ptr<JitHooks> hooks = find_hooks(*module);
+  fresh.local.take(hooks.get(), /*guarded=*/false);
+}
+
 void JitCall::wire_inputs(BackwardHookBase& hook) {
   wrap_values(hook, values, /*output_side=*/false);
 }
@@ -125,17 +131,29 @@ c10::IValue HookedCall::run(std::vector<c10::IValue> args,
   return std::move(call_.returned.owned());
 }
 
+HookedCall::~HookedCall() {
+  if (open_) failed();
+}
+
 void HookedCall::enter(std::vector<c10::IValue>& args) {
   call_.values = std::move(args);
   dispatch_.enter(module_, call_);
-  // Forward hooks see the args as the method received them.
-  args = dispatch_.has_forward_hooks() ? call_.values : std::move(call_.values);
+  // Forward hooks see the args as the method received them; they may be registered until it
+  // returns, so the args are kept whatever hooks there are now.
+  args = call_.values;
+  open_ = true;
 }
 
 void HookedCall::exit(c10::IValue& output) {
+  open_ = false;  // `exit` runs the always-call hooks itself where it throws
   call_.returned.replace(std::move(output));
   dispatch_.exit(module_, call_);
   output = std::move(call_.returned.owned());
+}
+
+void HookedCall::failed() noexcept {
+  open_ = false;
+  dispatch_.failed(module_, call_);
 }
 
 c10::IValue run_with_hooks(torch::jit::Module& module, const std::shared_ptr<JitHooks>& hooks,

@@ -45,6 +45,7 @@ struct JitCall {
   const HookArgs& forward_args() const noexcept { return values; }
   ShownValue& output() noexcept { return returned; }
   void accept_output() const;
+  void snapshot_lists(CallSnapshots<torch::jit::Module>& fresh) const;
   std::shared_ptr<torch::jit::Module> keep_alive() const {
     // The backward hooks run after this call is gone: they get a handle of their own.
     return std::make_shared<torch::jit::Module>(*module);
@@ -61,12 +62,20 @@ struct JitCall {
 
 /// The hook side of one call of a TorchScript module, whole (`run`) or in the two halves that a
 /// call site rewritten as `modhooks::enter` / `modhooks::exit` runs apart. The hook lists are
-/// snapshotted when it is made.
+/// snapshotted when it is made (the forward hooks and the always-call hooks are read again where
+/// they changed, see `Dispatch`).
 class HookedCall : public torch::CustomClassHolder {
  public:
   /// `hooks` are the module's own tables (may be null); global hooks are added.
   HookedCall(torch::jit::Module module, const std::shared_ptr<JitHooks>& hooks,
              std::shared_ptr<const CallSite> site);
+  /// A call entered and never left: the module raised between `enter` and `exit`, and the
+  /// interpreter lets go of the token as the error unwinds its frame. The always-call hooks run
+  /// here, as they would where the call site runs the module itself (`modhooks::call_module`):
+  /// a pre-hook or the module may have registered one since the call site was rewritten.
+  ~HookedCall() override;
+  HookedCall(const HookedCall&) = delete;
+  HookedCall& operator=(const HookedCall&) = delete;
   bool empty() const { return dispatch_.empty(); }
 
   /// Runs `invoke` (the module's method) on `args` inside the hooks; returns its output.
@@ -78,6 +87,8 @@ class HookedCall : public torch::CustomClassHolder {
   /// Forward hooks (their replacement checked) and the output side of the backward wiring.
   /// Runs the always-call hooks if it throws.
   void exit(c10::IValue& output);
+  /// Forward raised after `enter`: the always-call hooks, with the output None.
+  void failed() noexcept;
 
  private:
   torch::jit::Module module_;
@@ -85,6 +96,7 @@ class HookedCall : public torch::CustomClassHolder {
   CallSnapshots<torch::jit::Module> snapshots_;
   Dispatch<torch::jit::Module> dispatch_;
   JitCall call_;
+  bool open_ = false;  // entered, not left yet
 };
 
 /// Runs `invoke` (the module's method) with the module's hooks around it: Python's `_call_impl`

@@ -2,6 +2,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "modhooks/nn/detail/registry.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <cstddef>
 #include <memory>
@@ -10,6 +12,7 @@
 #include "modhooks/core/detail/dotted_path.h"
 #include "modhooks/core/error.h"
 #include "modhooks/dispatch/detail/global_tables.h"
+#include "modhooks/nn/detail/clone.h"
 #include "modhooks/nn/submodule.h"
 
 // The global tables of this kind (global_tables.h).
@@ -28,6 +31,9 @@ ModuleTable<NnHooks, NnOwner> nn_hooks_table;
 #endif
 
 MODHOOKS_THREAD_LOCAL DispatchCache* nn_dispatch_cache = nullptr;
+
+std::atomic<std::shared_ptr<torch::nn::Module> (*)(const torch::nn::Module&, const CloneCopy&)>
+    clone_around_utilities{nullptr};
 
 namespace {
 

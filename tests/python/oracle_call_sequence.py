@@ -19,8 +19,9 @@ warnings, and the original exception propagates.
 
 Writes, under the fixtures folder:
 - call_sequence.json: the input, forward's error text and, per scenario, the hooks (in
-  registration order, with prepend / always_call / action), whether forward raises, and
-  Python's events, output (the parent's, as a list) or error text, and warnings;
+  registration order, with prepend / always_call / action / once / edits), whether forward
+  raises, the inner edits, and Python's events, output (the parent's, as a list) or error text,
+  and warnings;
 - call_sequence_scripted.pt: `Parent` scripted, for the TorchScript inner-module replay (hooks on
   its `target` fire where `Parent.forward` calls it; the C++ test sets `target.fail`).
 
@@ -29,6 +30,15 @@ tests/python/aoti_packages.py exports the same `Parent` (points on `target`, wit
 forward of its own that can raise: there the target's forward raising is a forward hook on the
 inner point `target.inner` raising while `target`'s point is open. `oracle()` runs every
 failing scenario both ways in Python and checks that they agree.
+
+Some scenarios edit the hook lists while the call runs, as hooks may: a hook's `edits` run when
+it does, before its action, and the scenario's `inner_edits` run in a forward hook on
+`target.inner`, that is inside the target's forward (a point of a compiled program runs them
+between its two halves). An edit registers a hook (`{"op": "register", "hook": spec}`, the spec
+as a roster hook's, with `once`: it removes itself when it runs) or removes one by id
+(`{"op": "remove", "id": ...}`). Python reads the forward hooks after forward returns and the
+always-call hooks when the call fails, so these edits take effect in the same call; a call that
+started with no hook anywhere (Python's fast exit) runs none.
 """
 from __future__ import annotations
 
@@ -57,9 +67,10 @@ class Target(nn.Module):
         self.fail = False
 
     def forward(self, x):
+        y = self.inner(x)  # before the check: `inner_edits` run on the way to the failure
         if self.fail:
             raise RuntimeError("target refused its input")
-        return self.inner(x) + 0.5
+        return y + 0.5
 
 
 class Parent(nn.Module):
@@ -88,17 +99,32 @@ ROSTER = [
 ]
 
 
-def scenario(name, actions=None, forward_raises=False, only=None, prepend=()):
+def scenario(name, actions=None, forward_raises=False, only=None, prepend=(), edits=None,
+             inner_edits=()):
     """A scenario: the roster (or the hooks named in `only`), `actions` by hook id, the hooks
-    named in `prepend` registered with prepend=True."""
+    named in `prepend` registered with prepend=True, `edits` by hook id (see the top)."""
     actions = actions or {}
+    edits = edits or {}
     hooks = []
     for hook_id, kind, pre, always in ROSTER:
         if only is not None and hook_id not in only:
             continue
         hooks.append({"id": hook_id, "kind": kind, "prepend": pre or hook_id in prepend,
-                      "always_call": always, "action": actions.get(hook_id)})
-    return {"name": name, "hooks": hooks, "forward_raises": forward_raises}
+                      "always_call": always, "action": actions.get(hook_id), "once": False,
+                      "edits": list(edits.get(hook_id, ()))})
+    return {"name": name, "hooks": hooks, "forward_raises": forward_raises,
+            "inner_edits": list(inner_edits)}
+
+
+def registers(hook_id, kind, always_call=False, prepend=False, action=None, once=False):
+    """The edit that registers hook `hook_id` of `kind` while the call runs."""
+    return {"op": "register",
+            "hook": {"id": hook_id, "kind": kind, "prepend": prepend, "always_call": always_call,
+                     "action": action, "once": once, "edits": []}}
+
+
+def removes(hook_id):
+    return {"op": "remove", "id": hook_id}
 
 
 SCENARIOS = [
@@ -130,6 +156,47 @@ SCENARIOS = [
     scenario("always_hook_raises_after_pre_hook_raises", {"P0": "raise", "A": "raise"}),
     scenario("always_hooks_replace_after_forward_raises", {"GA": "replace", "A": "replace"},
              forward_raises=True),
+    # Hook lists edited during the call: read when Python's _call_impl reads them.
+    scenario("pre_hook_registers_one_shot_forward_hook", only={"P1"},
+             edits={"P1": [registers("S", "forward", once=True)]}),
+    scenario("pre_hook_registers_prepended_forward_hook", {"P1": "replace"}, only={"P1", "F1"},
+             edits={"P1": [registers("S", "forward", prepend=True, action="replace")]}),
+    scenario("pre_hook_removes_forward_hook", only={"P1", "F1", "F0", "GF"},
+             edits={"P1": [removes("F1")]}),
+    scenario("pre_hook_removes_global_forward_hook", only={"GP", "F1", "GF"},
+             edits={"GP": [removes("GF")]}),
+    scenario("pre_hook_registers_global_forward_hook", only={"P1", "F1"},
+             edits={"P1": [registers("G", "global_forward")]}),
+    scenario("pre_hook_registers_pre_hook", only={"P1", "F1"},
+             edits={"P1": [registers("Q", "pre"), registers("GQ", "global_pre")]}),
+    scenario("forward_registers_global_forward_hook", only={"P1"},
+             inner_edits=[registers("G", "global_forward")]),
+    scenario("forward_registers_forward_hook_reading_args", {"P1": "replace"}, only={"P1"},
+             inner_edits=[registers("S", "forward", action="replace")]),
+    scenario("forward_removes_forward_hooks", only={"GP", "F1", "F0", "GF"},
+             inner_edits=[removes("F0"), removes("GF")]),
+    scenario("no_hooks_when_called_then_forward_registers_some", only=set(),
+             inner_edits=[registers("G", "global_forward"), registers("S", "forward")]),
+    scenario("forward_hook_registers_forward_hook", only={"F1", "F0"},
+             edits={"F0": [registers("S", "forward"), registers("G", "global_forward")]}),
+    scenario("forward_raises_after_pre_hook_registers_always_hooks", only={"P1"},
+             edits={"P1": [registers("B", "forward", always_call=True),
+                           registers("GB", "global_forward", always_call=True)]},
+             forward_raises=True),
+    scenario("forward_raises_after_pre_hook_removes_always_hook", only={"P1", "A", "GA"},
+             edits={"P1": [removes("A")]}, forward_raises=True),
+    scenario("forward_registers_always_hook_and_raises", {"P1": "replace"}, only={"P1"},
+             inner_edits=[registers("B", "forward", always_call=True, action="replace")],
+             forward_raises=True),
+    scenario("forward_hook_removes_started_always_hook_then_raises", {"F1": "raise"},
+             only={"A", "F1"}, prepend={"A"},
+             edits={"F1": [removes("A"), registers("B", "forward", always_call=True)]}),
+    scenario("forward_hook_registers_always_hook_then_raises", {"F1": "raise"},
+             only={"F1", "A", "GF"},
+             edits={"GF": [registers("GB", "global_forward", always_call=True),
+                           registers("B", "forward", always_call=True, prepend=True)]}),
+    scenario("pre_hook_registers_always_hook_then_raises", {"P1": "raise"}, only={"P1"},
+             edits={"P1": [registers("B", "forward", always_call=True)]}),
 ]
 
 
@@ -137,15 +204,46 @@ def total(value):
     return None if value is None else float(value.sum())
 
 
-def make_hook(spec, events, target):
+class Registry:
+    """The handles of a run's hooks by id, and the edits hooks make to the lists."""
+
+    def __init__(self, target, events):
+        self.target = target
+        self.events = events
+        self.handles = {}
+        self.extra = []  # handles of hooks registered outside the scenario (target.inner's)
+
+    def add(self, spec):
+        self.handles[spec["id"]] = register(spec, make_hook(spec, self), self.target)
+
+    def edit(self, edits):
+        for e in edits:
+            if e["op"] == "register":
+                self.add(e["hook"])
+            else:
+                self.handles[e["id"]].remove()
+
+    def remove_all(self):
+        for h in [*self.extra, *self.handles.values()]:
+            h.remove()
+
+
+def make_hook(spec, registry):
     hook_id, kind, action = spec["id"], spec["kind"], spec["action"]
     is_global = kind.startswith("global_")
+    target, events = registry.target, registry.events
+
+    def edits():
+        if spec.get("once"):
+            registry.handles[hook_id].remove()
+        registry.edit(spec.get("edits", ()))
 
     if kind in ("pre", "global_pre"):
         def hook(module, args):
             if is_global and module is not target:
                 return None
             events.append({"hook": hook_id, "args": total(args[0])})
+            edits()
             if action == "raise":
                 raise RuntimeError(f"{hook_id} failed")
             if action == "replace":
@@ -156,6 +254,7 @@ def make_hook(spec, events, target):
             if is_global and module is not target:
                 return None
             events.append({"hook": hook_id, "args": total(args[0]), "out": total(output)})
+            edits()
             if action == "raise":
                 raise RuntimeError(f"{hook_id} failed")
             if action == "replace":
@@ -182,16 +281,20 @@ def run(sc, how="module"):
     net = Parent().eval()
     target = net.target
     events = []
-    handles = []
+    registry = Registry(target, events)
+    if sc["inner_edits"]:
+        def edit(module, args, output):
+            registry.edit(sc["inner_edits"])
+        registry.extra.append(target.inner.register_forward_hook(edit))
     if sc["forward_raises"]:
         if how == "module":
             target.fail = True
         else:
             def refuse(module, args, output):
                 raise RuntimeError(MESSAGE)
-            handles.append(target.inner.register_forward_hook(refuse))
+            registry.extra.append(target.inner.register_forward_hook(refuse))
     for spec in sc["hooks"]:
-        handles.append(register(spec, make_hook(spec, events, target), target))
+        registry.add(spec)
     output, error = None, None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -201,8 +304,7 @@ def run(sc, how="module"):
         except RuntimeError as e:
             error = str(e)
         finally:
-            for h in handles:
-                h.remove()
+            registry.remove_all()
     said = [str(w.message) for w in caught if "always_call=True" in str(w.message)]
     return {"events": events, "output": output, "error": error, "warnings": said}
 

@@ -95,6 +95,11 @@ class NnCall {
     torch::nn::Module& base = module_;
     unbox_replacement("forward hook", base, [&] { unbox_into(output_->get(), *result_); });
   }
+  /// The lists as a call starting now takes them: hooks changed them during this one.
+  MODHOOKS_COLD void snapshot_lists(CallSnapshots<torch::nn::Module>& fresh) {
+    fresh.global.take(active_global_hooks(), /*guarded=*/false);
+    take_module_hooks(module_, fresh.local);
+  }
   std::shared_ptr<torch::nn::Module> keep_alive() {
     torch::nn::Module& base = module_;
     return base.weak_from_this().lock();
@@ -194,7 +199,7 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
     return call_with_own_snapshots(module, std::forward<Args>(args)...);
   }
   const PinnedDispatch pinned(*cached);
-  Dispatch<torch::nn::Module> dispatch(cached->global, cached->local);
+  Dispatch<torch::nn::Module> dispatch(cached->global, cached->local, cached->generation);
   if (C10_UNLIKELY(dispatch.empty())) return module.forward(std::forward<Args>(args)...);
   return run_hooked(dispatch, cached->shown_args, module, std::forward<Args>(args)...);
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "modhooks/nn/call.h"
+#include "modhooks/nn/detail/clone.h"
 #include "modhooks/nn/holder.h"
 #include "modhooks/version.h"
 
@@ -183,7 +184,9 @@ class SequentialImpl : public torch::nn::Cloneable<SequentialImpl> {
   }
 
   /// A deep copy, as libtorch's: every child by its own `clone`, so weights are copied, not
-  /// shared. The names stay.
+  /// shared. The names stay. A child with nn utilities (at any depth) is copied as Python's
+  /// `copy.deepcopy` copies it: the same utilities on the copy, with the same tensors' values
+  /// (libtorch's own `clone` of such a module fails, as its tensors are not the class's).
   ///
   /// **Example**:
   /// \code
@@ -193,7 +196,12 @@ class SequentialImpl : public torch::nn::Cloneable<SequentialImpl> {
       const torch::optional<torch::Device>& device = torch::nullopt) const override {
     auto copy = std::make_shared<SequentialImpl>();
     for (std::size_t i = 0; i < modules_.size(); ++i) {
-      copy->add(children_info_[i].with_module(modules_[i].clone(device)));
+      torch::nn::AnyModule cloned;
+      detail::clone_module(*modules_[i].ptr(), [&] {
+        cloned = modules_[i].clone(device);
+        return cloned.ptr();
+      });
+      copy->add(children_info_[i].with_module(std::move(cloned)));
     }
     copy->train(is_training());
     return copy;

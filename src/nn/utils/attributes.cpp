@@ -9,6 +9,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "clone.h"
 #include "modhooks/core/error.h"
 #include "modhooks/register.h"
 
@@ -25,9 +26,9 @@ nn_table<nn::utils::detail::Utilities>() noexcept {
 namespace nn::utils::detail {
 namespace {
 
-// libtorch keeps a module's parameter and buffer tables private and can only add to them;
+// libtorch keeps a module's parameter, buffer and child tables private and can only add to them;
 // Python's utilities delete from them. An explicit instantiation may name a private member
-// ([temp.spec.general]/6), so this one hands out pointers to the two members, and nothing else
+// ([temp.spec.general]/6), so this one hands out pointers to the three members, and nothing else
 // reaches past libtorch's access control.
 struct ParametersTag {
   using type = TensorDict torch::nn::Module::*;
@@ -37,17 +38,27 @@ struct BuffersTag {
   using type = TensorDict torch::nn::Module::*;
   friend type member(BuffersTag);
 };
+struct ChildrenTag {
+  using type =
+      torch::OrderedDict<std::string, std::shared_ptr<torch::nn::Module>> torch::nn::Module::*;
+  friend type member(ChildrenTag);
+};
 template <class Tag, typename Tag::type Member>
 struct Expose {
   friend typename Tag::type member(Tag) { return Member; }
 };
 template struct Expose<ParametersTag, &torch::nn::Module::parameters_>;
 template struct Expose<BuffersTag, &torch::nn::Module::buffers_>;
+template struct Expose<ChildrenTag, &torch::nn::Module::children_>;
 
 }  // namespace
 
 TensorDict& parameters_of(torch::nn::Module& module) { return module.*member(ParametersTag{}); }
 TensorDict& buffers_of(torch::nn::Module& module) { return module.*member(BuffersTag{}); }
+torch::OrderedDict<std::string, std::shared_ptr<torch::nn::Module>>& children_of(
+    torch::nn::Module& module) {
+  return module.*member(ChildrenTag{});
+}
 
 std::string module_repr(const torch::nn::Module& module) {
   std::ostringstream out;
@@ -202,6 +213,7 @@ void Applied::before_forward(torch::nn::Module& module) {
 }
 
 std::shared_ptr<Utilities> utilities_for(torch::nn::Module& module) {
+  clone_with_utilities();
   return modhooks::detail::entry_for(modhooks::detail::nn_table<Utilities>(), module);
 }
 
@@ -284,6 +296,30 @@ void put_buffer(torch::nn::Module& module, const std::string& name, const at::Te
     *found = tensor;
   } else {
     module.register_buffer(name, tensor);
+  }
+}
+
+void put_parameter(torch::nn::Module& module, const std::string& name, const at::Tensor& tensor,
+                   bool requires_grad) {
+  TensorDict& parameters = parameters_of(module);
+  if (at::Tensor* found = parameters.find(name)) {
+    *found = tensor;
+    found->set_requires_grad(requires_grad);
+  } else {
+    module.register_parameter(name, tensor, requires_grad);
+  }
+}
+
+void check_free(torch::nn::Module& module, const std::string& name, Attribute as) {
+  const bool parameter = parameters_of(module).contains(name);
+  const bool buffer = buffers_of(module).contains(name);
+  bool child = false;
+  for (const auto& item : module.named_children()) child = child || item.key() == name;
+  const bool taken = (parameter && as != Attribute::kParameter) ||
+                     (buffer && as != Attribute::kBuffer) || (child && as != Attribute::kModule);
+  if (taken) {
+    modhooks::detail::fail<KeyError>("nn.utils.name_taken",
+                                     "\"attribute '" + name + "' already exists\"");
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/nn/module.h>
 #include <torch/ordered_dict.h>
 
@@ -36,6 +37,8 @@ using TensorDict = torch::OrderedDict<std::string, at::Tensor>;
 /// The module's own tables, which libtorch keeps private and has no calls to remove from.
 TensorDict& parameters_of(torch::nn::Module& module);
 TensorDict& buffers_of(torch::nn::Module& module);
+torch::OrderedDict<std::string, std::shared_ptr<torch::nn::Module>>& children_of(
+    torch::nn::Module& module);
 
 /// Where a module's forward reads one of its tensors: a member of its class
 /// (`LinearImpl::weight`), or an entry of an RNN's `flat_weights_`, a vector that `to()`
@@ -64,6 +67,9 @@ Member find_member(torch::nn::Module& module, const std::string& name);
 /// `name`.
 Member member_for(torch::nn::Module& module, const std::string& name, const at::Tensor& tensor);
 
+/// What a utility registers under a name.
+enum class Attribute { kParameter, kBuffer, kModule };
+
 /// One utility on one tensor of a module: what Python keeps as a forward pre-hook object
 /// (`WeightNorm`, `SpectralNorm`, a pruning method) or as the parametrized property.
 struct Applied {
@@ -79,6 +85,16 @@ struct Applied {
   /// forward without grad in eval mode (serving), where no power iteration steps and no graph
   /// is shared between forwards.
   virtual bool cacheable(torch::nn::Module& module) const;
+
+  /// The tensors the utility registered beside `name` (weight norm's `weight_g` and
+  /// `weight_v`), with what each is; a parametrization's live in `parametrizations`.
+  virtual std::vector<std::pair<std::string, Attribute>> added() const = 0;
+  /// What `name` is in the module's class: a parameter, or a buffer a parametrization took.
+  virtual Attribute was() const { return Attribute::kParameter; }
+  /// Applies this utility with its options to `copy`, a clone of the module whose tensors are
+  /// laid out as its class registers them (see `clone_around`); the caller loads the module's
+  /// state dict into the copy after.
+  virtual void apply_to(torch::nn::Module& copy) const = 0;
 
   /// Python's `setattr(module, name, value)`: the member holds `value` from now on.
   void assign(const at::Tensor& value);
@@ -183,6 +199,34 @@ at::Tensor take_parameter(torch::nn::Module& module, const std::string& name);
 at::Tensor take_buffer(torch::nn::Module& module, const std::string& name);
 /// Python's `register_buffer(name, tensor)`: appended, or in place where the name is a buffer.
 void put_buffer(torch::nn::Module& module, const std::string& name, const at::Tensor& tensor);
+/// Python's `register_parameter(name, tensor)`: appended, or in place where the name is a
+/// parameter.
+void put_parameter(torch::nn::Module& module, const std::string& name, const at::Tensor& tensor,
+                   bool requires_grad = true);
+
+/// Python's KeyError "attribute 'name' already exists" where `name` is another kind of attribute
+/// than `as` (a buffer where a parameter goes, a submodule, ...), which Python's `register_*`
+/// refuse; a utility checks every name it adds before it changes anything, so that a refusal
+/// leaves the module as it was. The same kind is replaced in place, as in Python.
+void check_free(torch::nn::Module& module, const std::string& name, Attribute as);
+
+/// `clone` for a module of modhooks' own without children (a parametrization): a copy of the
+/// object whose parameters and buffers are copies, moved to `device` where given.
+template <class T>
+std::shared_ptr<torch::nn::Module> clone_leaf(const T& self,
+                                              const torch::optional<torch::Device>& device) {
+  at::NoGradGuard no_grad;
+  auto copy = std::make_shared<T>(self);
+  for (TensorDict* table : {&parameters_of(*copy), &buffers_of(*copy)}) {
+    for (auto& item : *table) {
+      at::Tensor& tensor = item.value();
+      const bool requires_grad = tensor.requires_grad();
+      tensor = (device ? tensor.to(*device) : tensor).clone().detach();
+      tensor.set_requires_grad(requires_grad);
+    }
+  }
+  return copy;
+}
 
 /// Python's `Parameter(tensor.data)`: a leaf on the same storage that requires grad.
 at::Tensor new_parameter(const at::Tensor& tensor);

@@ -26,6 +26,10 @@ struct WeightNormImpl : torch::nn::Module {
   std::vector<at::Tensor> right_inverse(const at::Tensor& weight) {
     return {at::norm_except_dim(weight, 2, dim), weight};
   }
+  std::shared_ptr<torch::nn::Module> clone(
+      const torch::optional<torch::Device>& device) const override {
+    return utils::detail::clone_leaf(*this, device);
+  }
   std::int64_t dim;
 };
 
@@ -85,6 +89,10 @@ struct SpectralNormImpl : torch::nn::Module {
   }
 
   at::Tensor right_inverse(const at::Tensor& value) { return value; }
+  std::shared_ptr<torch::nn::Module> clone(
+      const torch::optional<torch::Device>& device) const override {
+    return utils::detail::clone_leaf(*this, device);
+  }
 
   std::int64_t dim = 0;
   double eps;

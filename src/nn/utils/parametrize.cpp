@@ -57,12 +57,25 @@ void set_data(const at::Tensor& dest, const at::Tensor& src) {
 /// A parametrized tensor of a module: its attribute is `parametrizations.<name>()`.
 struct Parametrized final : Applied {
   Parametrized(std::string tensor_name, utils::detail::Member where,
-               std::shared_ptr<ParametrizationListImpl> parametrizations)
-      : Applied(std::move(tensor_name), where), list(std::move(parametrizations)) {}
+               std::shared_ptr<ParametrizationListImpl> parametrizations, bool parameter)
+      : Applied(std::move(tensor_name), where),
+        list(std::move(parametrizations)),
+        was_parameter(parameter) {}
   at::Tensor compute(torch::nn::Module&) override { return list->forward(); }
   /// Python's `parametrize.cached()` keeps a parametrized tensor in every mode.
   bool cacheable(torch::nn::Module&) const override { return true; }
+  /// The originals live in `parametrizations.<name>`, a child of the module.
+  std::vector<std::pair<std::string, utils::detail::Attribute>> added() const override {
+    return {};
+  }
+  utils::detail::Attribute was() const override {
+    return was_parameter ? utils::detail::Attribute::kParameter : utils::detail::Attribute::kBuffer;
+  }
+  /// Each parametrization's copy, registered in turn.
+  void apply_to(torch::nn::Module& copy) const override;
+
   std::shared_ptr<ParametrizationListImpl> list;
+  bool was_parameter;  // `name` was a parameter (not a buffer) before it was parametrized
 };
 
 std::string class_name(const torch::nn::Module& module) {
@@ -259,6 +272,18 @@ void register_parametrization(torch::nn::Module& module, const std::string& name
   const at::Tensor original =
       is_parameter ? ud::parameters_of(module)[name] : ud::buffers_of(module)[name];
   const ud::Member member = ud::member_for(module, name, original);
+  // Where the list goes: a name taken otherwise is refused before anything changes.
+  ud::check_free(module, "parametrizations", ud::Attribute::kModule);
+  torch::nn::ModuleDict dict{nullptr};
+  for (const auto& child : module.named_children()) {
+    if (child.key() == "parametrizations") {
+      auto existing = std::dynamic_pointer_cast<torch::nn::ModuleDictImpl>(child.value());
+      if (!existing) {
+        fail<KeyError>("nn.utils.name_taken", "\"attribute 'parametrizations' already exists\"");
+      }
+      dict = torch::nn::ModuleDict(existing);
+    }
+  }
   // The list sets the original to the right inverse's value; a failure below sets it back.
   const at::Tensor before = original.variable_data();
   const bool inverts = static_cast<bool>(parametrization.right_inverse);
@@ -288,18 +313,11 @@ void register_parametrization(torch::nn::Module& module, const std::string& name
     throw;
   }
   // Checked: from here on the module changes.
-  auto applied = std::make_shared<Parametrized>(name, member, list);
+  auto applied = std::make_shared<Parametrized>(name, member, list, is_parameter);
   if (is_parameter) {
     ud::take_parameter(module, name);
   } else {
     ud::take_buffer(module, name);
-  }
-  torch::nn::ModuleDict dict{nullptr};
-  for (const auto& child : module.named_children()) {
-    if (child.key() == "parametrizations") {
-      dict = torch::nn::ModuleDict(
-          std::dynamic_pointer_cast<torch::nn::ModuleDictImpl>(child.value()));
-    }
   }
   if (dict.is_empty()) dict = module.register_module("parametrizations", torch::nn::ModuleDict());
   dict->update(
@@ -372,5 +390,28 @@ void remove_parametrizations(torch::nn::Module& module, const std::string& name,
 }
 
 }  // namespace detail
+
+namespace {
+
+void Parametrized::apply_to(torch::nn::Module& copy) const {
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const Parametrization& parametrization = (*list)[i];
+    const auto refuse = [&](const std::string& why) {
+      fail<TypeError>("nn.utils.clone.parametrization",
+                      "modhooks: the parametrization " + class_name(*parametrization.module) +
+                          " of '" + name + "' cannot be copied, so neither can its module: " + why);
+    };
+    if (!parametrization.copy) refuse("it was not made by make_parametrization");
+    Parametrization copied;
+    try {
+      copied = parametrization.copy();
+    } catch (const c10::Error& e) {
+      refuse(e.what_without_backtrace());
+    }
+    detail::register_parametrization(copy, name, std::move(copied), list->unsafe);
+  }
+}
+
+}  // namespace
 }  // namespace nn::utils::parametrize
 MODHOOKS_END_NAMESPACE

@@ -150,9 +150,27 @@ struct Pruned final : utils::detail::Applied {
     const at::Tensor& orig = utils::detail::parameters_of(module)[orig_key];
     return utils::detail::buffers_of(module)[mask_key].to(orig.scalar_type()) * orig;
   }
+  std::vector<std::pair<std::string, utils::detail::Attribute>> added() const override {
+    return {{orig_key, utils::detail::Attribute::kParameter},
+            {mask_key, utils::detail::Attribute::kBuffer}};
+  }
+  /// The same pruning (the method itself: its history decides the next pruning's), on a mask of
+  /// ones that the state dict loaded after replaces.
+  void apply_to(torch::nn::Module& copy) const override;
   std::string orig_key, mask_key;  // looked up at each forward, as Python's getattr does
   std::shared_ptr<const BasePruningMethod> method;
 };
+
+void Pruned::apply_to(torch::nn::Module& copy) const {
+  namespace ud = utils::detail;
+  auto utilities = ud::utilities_for(copy);
+  const at::Tensor orig = ud::parameters_of(copy)[name];
+  const ud::Member where = ud::member_for(copy, name, orig);
+  ud::take_parameter(copy, name);
+  ud::put_parameter(copy, orig_key, orig, orig.requires_grad());
+  ud::put_buffer(copy, mask_key, at::ones_like(orig));
+  ud::install(copy, *utilities, std::make_shared<Pruned>(name, where, method));
+}
 
 bool has_pruned(const torch::nn::Module& module) {
   if (auto utilities = utils::detail::find_utilities(module)) {
@@ -345,13 +363,17 @@ void apply(torch::nn::Module& module, const std::string& name,
   }
   const ud::Member member = old ? old->member : ud::member_for(module, name, orig);
   const at::Tensor mask = combined->compute_mask(scores, default_mask);
+  if (!old) {
+    ud::check_free(module, name + "_orig", ud::Attribute::kParameter);
+    ud::check_free(module, name + "_mask", ud::Attribute::kBuffer);
+  }
   // Computed and checked: from here on the module changes.
   if (old) {
     ud::uninstall(module, old);
   } else {
     // Python registers the Parameter object itself as `name_orig`.
     ud::take_parameter(module, name);
-    module.register_parameter(name + "_orig", orig, orig.requires_grad());
+    ud::put_parameter(module, name + "_orig", orig, orig.requires_grad());
   }
   ud::put_buffer(module, name + "_mask", mask);
   ud::install(module, *utilities, std::make_shared<Pruned>(name, member, std::move(combined)));

@@ -29,6 +29,15 @@ struct SpectralNorm final : Applied {
         dim(norm_dim),
         eps(epsilon) {}
 
+  std::vector<std::pair<std::string, Attribute>> added() const override {
+    return {{orig_key, Attribute::kParameter},
+            {u_key, Attribute::kBuffer},
+            {v_key, Attribute::kBuffer}};
+  }
+  void apply_to(torch::nn::Module& copy) const override {
+    spectral_norm(copy, name, n_power_iterations, eps, dim);
+  }
+
   /// Python's `reshape_weight_to_matrix`.
   at::Tensor to_matrix(const at::Tensor& weight) const {
     // A matrix already (Linear's weight): the same values without a view in the graph.
@@ -152,11 +161,14 @@ void spectral_norm(torch::nn::Module& module, const std::string& name,
     u = normalized(weight.new_empty({matrix.size(0)}).normal_(0, 1), eps);
     v = normalized(weight.new_empty({matrix.size(1)}).normal_(0, 1), eps);
   }
+  check_free(module, name + "_orig", Attribute::kParameter);
+  check_free(module, name + "_u", Attribute::kBuffer);
+  check_free(module, name + "_v", Attribute::kBuffer);
   // Python registers the Parameter object itself as `weight_orig`.
   take_parameter(module, name);
-  module.register_parameter(name + "_orig", weight, weight.requires_grad());
-  module.register_buffer(name + "_u", u);
-  module.register_buffer(name + "_v", v);
+  put_parameter(module, name + "_orig", weight, weight.requires_grad());
+  put_buffer(module, name + "_u", u);
+  put_buffer(module, name + "_v", v);
   // Python sets `name` to `weight.data` here; the first forward computes it.
   fn->assign(weight.variable_data());
   utilities->applied.push_back(fn);

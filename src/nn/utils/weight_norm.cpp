@@ -24,6 +24,10 @@ struct WeightNorm final : Applied {
     TensorDict& parameters = parameters_of(module);
     return at::_weight_norm(parameters[v_key], parameters[g_key], dim);
   }
+  std::vector<std::pair<std::string, Attribute>> added() const override {
+    return {{g_key, Attribute::kParameter}, {v_key, Attribute::kParameter}};
+  }
+  void apply_to(torch::nn::Module& copy) const override { weight_norm(copy, name, dim); }
   std::string g_key, v_key;  // looked up at each forward, as Python's getattr does
   std::int64_t dim;
 };
@@ -44,9 +48,11 @@ void weight_norm(torch::nn::Module& module, const std::string& name,
   auto applied =
       std::make_shared<WeightNorm>(name, member_for(module, name, weight), dim.value_or(-1));
   const at::Tensor g = new_parameter(at::norm_except_dim(weight, 2, applied->dim));
+  check_free(module, name + "_g", Attribute::kParameter);
+  check_free(module, name + "_v", Attribute::kParameter);
   take_parameter(module, name);
-  module.register_parameter(name + "_g", g);
-  module.register_parameter(name + "_v", new_parameter(weight));
+  put_parameter(module, name + "_g", g);
+  put_parameter(module, name + "_v", new_parameter(weight));
   install(module, *utilities, applied);
 }
 

@@ -7,13 +7,17 @@
 #include <c10/util/Exception.h>
 #include <c10/util/MaybeOwned.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "modhooks/core/detail/hook_list.h"
 #include "modhooks/core/detail/inline.h"
 #include "modhooks/core/detail/kinds.h"
 #include "modhooks/dispatch/detail/backward_hook.h"
@@ -78,23 +82,34 @@ class ShownValue {
   bool borrowed_ = false;
 };
 
+/// `hook_lists_generation` as a call reads it before it takes its snapshots: a list changed
+/// meanwhile makes the snapshots look older than they are (and read again), never newer.
+MODHOOKS_ALWAYS_INLINE inline std::uint64_t current_hook_lists_generation() noexcept {
+  return hook_lists_generation.load(std::memory_order_acquire);
+}
+
 /// The snapshots of the global lists and of one module's, taken for one call (see `Dispatch`)
-/// where nothing lends them.
+/// where nothing lends them, and the `hook_lists_generation` they were taken at.
 template <class M>
 struct CallSnapshots {
+  /// None yet: the lists are taken with `global.take` and `local.take`.
+  CallSnapshots() noexcept : generation(current_hook_lists_generation()) {}
   /// Snapshots the lists of `global` (null where no global hooks apply) and of `local` (the
   /// module's tables, null where it has none); neither is used afterwards. `local_guarded`: the
   /// caller holds the guard of `local`'s lists (see `HookList`).
   MODHOOKS_ALWAYS_INLINE CallSnapshots(const ModuleHooks<M>* global, const ModuleHooks<M>* local,
                                        bool local_guarded = false)
-      : global(global, false), local(local, local_guarded) {}
+      : generation(current_hook_lists_generation()),
+        global(global, false),
+        local(local, local_guarded) {}
   /// Snapshots the lists of `global` alone; the module's may follow with `local.take`.
   MODHOOKS_ALWAYS_INLINE explicit CallSnapshots(const ModuleHooks<M>* global)
-      : global(global, false) {}
+      : generation(current_hook_lists_generation()), global(global, false) {}
   /// Takes over snapshots taken elsewhere (a cache slot emptied).
   CallSnapshots(HookSnapshots<M>&& global, HookSnapshots<M>&& local) noexcept
       : global(std::move(global)), local(std::move(local)) {}
 
+  std::uint64_t generation = 0;  // `hook_lists_generation`, read before the lists were
   HookSnapshots<M> global;
   HookSnapshots<M> local;
 };
@@ -102,8 +117,18 @@ struct CallSnapshots {
 /// Python's `Module._call_impl`, written once for every kind of module: global then the module's
 /// forward pre-hooks, the input side of the full-backward wiring, forward, global then the
 /// module's forward hooks, the output side; on an exception anywhere in it, the always-call
-/// forward hooks that have not started yet, whose own exceptions become warnings. The lists are
-/// snapshotted when the call starts, so hooks registered or removed meanwhile do not affect it.
+/// forward hooks that have not started yet, whose own exceptions become warnings.
+///
+/// The lists are read when Python reads them: the pre-hooks and the backward lists when the call
+/// starts (the snapshots it is given), the forward hooks after forward returns and the
+/// always-call hooks when the call fails. Those two steps run the same snapshots while no hook
+/// list changed since they were taken (`hook_lists_generation`, one relaxed load: the thread that
+/// changed a list sees its own change); where one did (a pre-hook, forward or a forward hook
+/// registered or removed a hook), they take the forward lists anew (`Call::snapshot_lists`),
+/// out of the call's way. A hook registered by a pre-hook or by forward therefore runs in that
+/// same call, and one they removed does not. The always-call hooks that started are told by
+/// their ids, so that hooks registered or removed by forward hooks before one raised do not
+/// shift them.
 ///
 /// An adapter supplies only what its kind of module does differently, as a `Call` object:
 /// \code
@@ -114,6 +139,9 @@ struct CallSnapshots {
 ///   const HookArgs& forward_args();   // what forward hooks see: the args forward received
 ///   ShownValue& output();             // forward's result as hooks see it; None before it returned
 ///   void accept_output();             // forward hooks replaced output(): check and take it
+///   // the lists changed during the call: take the global lists and the module's, as a call
+///   // starting now would, into `fresh` (which holds none)
+///   void snapshot_lists(CallSnapshots<M>& fresh);
 ///   // kinds with backward hooks (KindTraits<M>::backward):
 ///   std::shared_ptr<M> keep_alive();  // what keeps the module alive for the backward pass
 ///   void wire_inputs(BackwardHookBase&);
@@ -125,13 +153,18 @@ struct CallSnapshots {
 template <class M>
 class Dispatch {
  public:
-  /// Runs the snapshots `global` and `local` (the module's), which must outlive this dispatch;
-  /// the call takes no reference of its own (nn's dispatch cache lends them, other kinds take
-  /// `CallSnapshots` for each call).
-  MODHOOKS_ALWAYS_INLINE Dispatch(const HookSnapshots<M>& global, const HookSnapshots<M>& local)
-      : global_(global), local_(local), kinds_(global.kinds() | local.kinds()) {}
+  /// Runs the snapshots `global` and `local` (the module's), taken at `hook_lists_generation`
+  /// `generation` (read before them), which must outlive this dispatch; the call takes no
+  /// reference of its own (nn's dispatch cache lends them, other kinds take `CallSnapshots` for
+  /// each call).
+  MODHOOKS_ALWAYS_INLINE Dispatch(const HookSnapshots<M>& global, const HookSnapshots<M>& local,
+                                  std::uint64_t generation)
+      : global_(&global),
+        local_(&local),
+        kinds_(global.kinds() | local.kinds()),
+        generation_(generation) {}
   MODHOOKS_ALWAYS_INLINE explicit Dispatch(const CallSnapshots<M>& snapshots)
-      : Dispatch(snapshots.global, snapshots.local) {}
+      : Dispatch(snapshots.global, snapshots.local, snapshots.generation) {}
   Dispatch(const Dispatch&) = delete;
   Dispatch& operator=(const Dispatch&) = delete;
 
@@ -141,6 +174,11 @@ class Dispatch {
     return (kinds_ & (Hooks::kBackwardPre | Hooks::kBackward)) != 0;
   }
   bool empty() const { return kinds_ == 0; }
+  /// Whether a hook list changed since the snapshots were taken (the forward hooks and the
+  /// always-call hooks will be read anew).
+  bool lists_changed() const {
+    return hook_lists_generation.load(std::memory_order_relaxed) != generation_;
+  }
 
   /// The whole call: `enter`, `call.forward()`, `exit`.
   template <class Call>
@@ -194,10 +232,10 @@ class Dispatch {
       if (C10_UNLIKELY(has_backward_hooks())) make_backward_hook(module, call);
     }
     if (has_pre_hooks()) {
-      if (C10_UNLIKELY(global_.forward_pre() != nullptr)) {
-        run_pre_hooks_cold(*global_.forward_pre(), module, call);
+      if (C10_UNLIKELY(global_->forward_pre() != nullptr)) {
+        run_pre_hooks_cold(*global_->forward_pre(), module, call);
       }
-      if (const auto* hooks = local_.forward_pre()) run_pre_hooks(*hooks, module, call);
+      if (const auto* hooks = local_->forward_pre()) run_pre_hooks(*hooks, module, call);
       if (C10_UNLIKELY(replaced_)) accept([&] { call.accept_args(); });
     }
     if constexpr (KindTraits<M>::backward) {
@@ -207,13 +245,15 @@ class Dispatch {
 
   template <class Call>
   MODHOOKS_ALWAYS_INLINE void exit_steps(M& module, Call& call) {
+    // Python reads the forward hooks now: a pre-hook or forward may have changed the lists.
+    if (C10_UNLIKELY(lists_changed())) snapshot_lists(call);
     if (C10_LIKELY(has_forward_hooks())) {  // the most common kind of hook
       const HookArgs& args = call.forward_args();
       ShownValue& output = call.output();
-      if (C10_UNLIKELY(global_.forward() != nullptr)) {
-        run_forward_hooks_cold(*global_.forward(), module, args, output);
+      if (C10_UNLIKELY(global_->forward() != nullptr)) {
+        run_forward_hooks_cold(*global_->forward(), module, args, output);
       }
-      if (const auto* hooks = local_.forward()) run_forward_hooks(*hooks, module, args, output);
+      if (const auto* hooks = local_->forward()) run_forward_hooks(*hooks, module, args, output);
       if (C10_UNLIKELY(replaced_)) accept([&] { call.accept_output(); });
     }
     if constexpr (KindTraits<M>::backward) {
@@ -228,7 +268,21 @@ class Dispatch {
   MODHOOKS_COLD void make_backward_hook(M& module, Call& call) {
     std::shared_ptr<M> alive = call.keep_alive();
     M& hooked = alive ? *alive : module;
-    backward_ = c10::make_intrusive<BackwardHook<M>>(hooked, std::move(alive), global_, local_);
+    backward_ = c10::make_intrusive<BackwardHook<M>>(hooked, std::move(alive), *global_, *local_);
+  }
+
+  /// The lists changed since the snapshots run were taken: takes them anew, through the call,
+  /// and runs those from now on (the forward side: the backward lists stay the call's first).
+  template <class Call>
+  MODHOOKS_COLD void snapshot_lists(Call& call) {
+    auto fresh = std::make_unique<CallSnapshots<M>>();
+    call.snapshot_lists(*fresh);
+    const std::uint32_t forward = (fresh->global.kinds() | fresh->local.kinds()) & Hooks::kForward;
+    kinds_ = (kinds_ & ~static_cast<std::uint32_t>(Hooks::kForward)) | forward;
+    global_ = &fresh->global;
+    local_ = &fresh->local;
+    generation_ = fresh->generation;
+    fresh.swap(fresh_);  // the snapshots run before die here, after the switch
   }
 
   /// Runs the pre-hooks `hooks`; where one returns args, they replace the args shown to the next
@@ -282,16 +336,28 @@ class Dispatch {
   }
 
   /// Python's exception path: the always-call forward hooks that have not started, global ones
-  /// first, on the args as they are and the output (None where forward did not return).
+  /// first, on the args as they are and the output (None where forward did not return). Python
+  /// reads the lists now, and tells the hooks that started by their ids.
   template <class Call>
   MODHOOKS_COLD void run_always_called(M& module, Call& call) {
+    std::vector<std::uint64_t> started;  // the ids of the forward hooks that started
+    for (const auto* hooks : {global_->forward(), local_->forward()}) {
+      if (hooks == nullptr) continue;
+      for (const auto& entry : *hooks) {
+        if (started.size() == started_) break;
+        started.push_back(entry.id);
+      }
+    }
+    if (lists_changed()) snapshot_lists(call);
     const HookArgs& args = call.args();
     ShownValue& output = call.output();
-    std::size_t position = 0;
     const auto run = [&](const auto* hooks, const char* kind) {
       if (hooks == nullptr) return;
       for (const auto& entry : *hooks) {
-        if (position++ < started_ || !entry.hook.always_call) continue;
+        if (!entry.hook.always_call ||
+            std::find(started.begin(), started.end(), entry.id) != started.end()) {
+          continue;
+        }
         try {
           if (auto replaced = entry.hook.fn(module, args, output.get())) {
             output.replace(std::move(*replaced));
@@ -304,19 +370,21 @@ class Dispatch {
         }
       }
     };
-    run(global_.forward(), "global module ");
-    run(local_.forward(), "module ");
+    run(global_->forward(), "global module ");
+    run(local_->forward(), "module ");
   }
 
   using Hooks = ModuleHooks<M>;
 
-  const HookSnapshots<M>& global_;  // the global lists it runs
-  const HookSnapshots<M>& local_;   // the module's
+  const HookSnapshots<M>* global_;  // the global lists it runs
+  const HookSnapshots<M>* local_;   // the module's
 
-  std::uint32_t kinds_;    // which kinds of hooks the snapshots hold (`ModuleHooks::Kind`)
-  bool replaced_ = false;  // hooks replaced the args or the output, not accepted yet
+  std::uint32_t kinds_;       // which kinds of hooks the snapshots hold (`ModuleHooks::Kind`)
+  bool replaced_ = false;     // hooks replaced the args or the output, not accepted yet
+  std::uint64_t generation_;  // `hook_lists_generation` when the snapshots run were taken
   c10::intrusive_ptr<BackwardHookBase> backward_;
-  std::size_t started_ = 0;  // forward hooks started, in the order they run
+  std::size_t started_ = 0;                  // forward hooks started, in the order they run
+  std::unique_ptr<CallSnapshots<M>> fresh_;  // the lists taken anew, where they changed
 };
 
 }  // namespace detail

@@ -42,6 +42,10 @@ struct Parametrization {
   /// Whether `right_inverse` returns a sequence (a `std::vector`, `std::pair` or `std::tuple` of
   /// tensors) rather than one tensor: then the originals are `original0`, `original1`, ...
   bool right_inverse_is_sequence = false;
+  /// The same parametrization on a copy of the module (its class's `clone`, which libtorch's
+  /// `Cloneable` gives and a plain `torch::nn::Module` refuses): what a clone of the
+  /// parametrized module gets.
+  std::function<Parametrization()> copy;
 };
 
 /// Python's `ParametrizationList`: the originals of one parametrized tensor (the parameter or
@@ -182,6 +186,10 @@ Parametrization make_parametrization(const P& parametrization) {
   made.module = module;
   made.forward = [module](const std::vector<at::Tensor>& xs) {
     return detail::forward_on(module, xs);
+  };
+  made.copy = [module] {
+    const torch::nn::Module& base = *module;  // `clone` as the base declares it
+    return make_parametrization(std::dynamic_pointer_cast<T>(base.clone()));
   };
   if constexpr (detail::HasRightInverse<T>::value) {
     using R = decltype(std::declval<T&>().right_inverse(std::declval<const at::Tensor&>()));

@@ -60,6 +60,14 @@ class PointCall {
     replaced_ =
         replacement(point_.name(), ids_, "output", output_.get(), graph_, point_.single_output());
   }
+  /// The lists as a call starting now takes them: hooks changed them during this one.
+  void snapshot_lists(CallSnapshots<const P>& fresh) const {
+    fresh.global.take(global_hooks_active<const P>().load(std::memory_order_relaxed) != 0
+                          ? global_hooks<const P>().get()
+                          : nullptr,
+                      /*guarded=*/false);
+    fresh.local.take(hooks_for(point_).get(), /*guarded=*/false);
+  }
 
   /// Shows `shown` (aliases of the program's tensors `graph`) as the args.
   void show_args(const Shown& shown, at::TensorList graph) {
@@ -165,13 +173,17 @@ class Points {
 
   /// The first half of a point's call (`Dispatch::enter`), at its input point: pre-hooks on
   /// `copies`, the copies of its inputs that the module reads, so that what they edit or replace
-  /// reaches the module and no one else. A call whose point has forward hooks stays open until
-  /// its output point. What throws is recorded in the run, then rethrown.
+  /// reaches the module and no one else. A call that starts with hooks (its own or global ones)
+  /// stays open until its output point, keeping copies of its args: forward hooks and
+  /// always-call hooks may be registered until then, and see them (Python reads those lists after
+  /// forward). One that starts with none is Python's fast exit: its output point runs no hook.
+  /// What throws is recorded in the run, then rethrown.
   /// `point` comes from `firing`, in this thread's run.
   static void fire_input(const P& point, at::TensorList copies) {
     if (!has_hooks(point)) return;
     recording_errors([&] {
       auto open = std::make_unique<PointRun>(point);
+      if (open->dispatch.empty()) return;
       Call& call = open->call;
       Shown shown = shown_aliases(copies);
       run_keeping_valid(shown, copies, point.name(), ids().keep_failed, [&] {
@@ -181,22 +193,21 @@ class Points {
       });
       write_replacement(copies, call.replaced());
       call.clear_replaced();
-      if (open->dispatch.has_forward_hooks()) {
-        call.keep_args(copies);
-        current_->open.emplace_back(&point, std::move(open));
-      }
+      call.keep_args(copies);
+      current_->open.emplace_back(&point, std::move(open));
     });
   }
 
   /// The second half of a point's call (`Dispatch::exit`), at its output point. Hooks are shown
   /// `targets`, the tensors the program reads as the module's output after the point: what they
   /// write into them, in place or as a replacement, is the module's output, as in eager.
+  /// A point with an input point whose call did not stay open took Python's fast exit there.
   /// `point` comes from `firing`, in this thread's run.
   static void fire_output(const P& point, at::TensorList targets) {
     std::unique_ptr<PointRun> open = take_open(*current_, point);
-    if (!open && !has_hooks(point)) return;
+    if (!open && (point.has_inputs() || !has_hooks(point))) return;
     recording_errors([&] {
-      std::optional<PointRun> unopened;  // no input point, or one whose call had no hooks
+      std::optional<PointRun> unopened;  // no input point
       PointRun& call = open ? *open : unopened.emplace(point);
       Shown shown = shown_aliases(targets);
       run_keeping_valid(shown, targets, point.name(), ids().keep_failed, [&] {
