@@ -17,8 +17,8 @@ steps). A C++ block's `#include`s go to the top of its file; its structs, classe
 namespace aliases and module macros at brace depth 0 stay at namespace scope; every other line
 goes, in order, into a function, after the declarations of its comment. A block that defines
 `main` is a whole program, kept at global scope (at most one a page). Fragments get what their
-page has its reader include: modhooks (with `aoti.h` and `executorch.h` where those components
-are built), libtorch's C++ API with TorchScript, and a few standard headers.
+page has its reader include: modhooks (with `aoti.h`, `executorch.h` and `dist.h` where those
+components are built), libtorch's C++ API with TorchScript, and a few standard headers.
 """
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def write_cpp(out: pathlib.Path, without: list[str]) -> None:
         units, includes = [], ["#include <modhooks/modhooks.h>", "#include <torch/script.h>",
                                "#include <torch/torch.h>", "#include <cstdio>",
                                "#include <iostream>", "#include <map>"]
-        for component in ("aoti", "executorch"):
+        for component in ("aoti", "executorch", "dist"):
             if component not in without:
                 includes.insert(1, f"#include <modhooks/{component}.h>")
         program: list[str] | None = None  # the body lines of the block being continued

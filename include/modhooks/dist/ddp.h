@@ -2,14 +2,22 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <ATen/core/Dict.h>
+#include <ATen/core/List.h>
 #include <torch/arg.h>
 #include <torch/nn/module.h>
+#include <torch/ordered_dict.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <array>
+#include <cstddef>
+#include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -60,23 +68,79 @@ namespace detail {
 
 struct DDPState;
 
-/// Applies `f(at::Tensor&)` to every tensor in a forward's output: tensors, vectors, tuples,
-/// pairs, maps, optionals, `IValue`s and nestings of them (Python's `_find_tensors`); other types
-/// hold none. All are declared first, so that each reaches the others in any nesting.
+/// Whether a leaf of an output obviously holds no tensor: numbers, enums (`c10::ScalarType`),
+/// strings, `c10::Scalar`, `c10::Device`.
+template <class T>
+inline constexpr bool kHoldsNoTensor =
+    std::is_arithmetic_v<T> || std::is_enum_v<T> || std::is_same_v<T, std::nullptr_t> ||
+    std::is_same_v<T, std::string> || std::is_same_v<T, std::string_view> ||
+    std::is_same_v<T, c10::Scalar> || std::is_same_v<T, c10::Device>;
+
+template <class T>
+struct DependentFalse : std::false_type {};
+
+/// `c10::optional` where it is a class of its own (libtorch before 2.4), not `std::optional`.
+template <class T>
+struct IsOwnC10Optional : std::false_type {};
+template <class T>
+struct IsOwnC10Optional<c10::optional<T>>
+    : std::bool_constant<!std::is_same_v<c10::optional<T>, std::optional<T>>> {};
+
+/// The customisation point: a `visit_tensors(T&, F&)` that argument-dependent lookup finds for a
+/// user's type. The deleted declaration hides modhooks' own overloads from the call here, so
+/// only argument-dependent lookup answers it.
+namespace adl {
+void visit_tensors() = delete;
+
+template <class T, class F, class = void>
+struct HasVisitTensors : std::false_type {};
+template <class T, class F>
+struct HasVisitTensors<T, F,
+                       std::void_t<decltype(visit_tensors(std::declval<T&>(), std::declval<F&>()))>>
+    : std::true_type {};
+
+template <class T, class F>
+void visit_user_type(T& value, F& f) {
+  visit_tensors(value, f);
+}
+}  // namespace adl
+
+/// Applies `f(at::Tensor&)` to every tensor in a forward's output, which `f` may replace in place
+/// (Python's `_find_tensors`): tensors, `IValue`s, the standard containers, tuples, pairs,
+/// optionals, `c10::List`, `c10::Dict`, `torch::OrderedDict` and nestings of them; a user's type
+/// through its `visit_tensors` found by argument-dependent lookup; leaves that hold no tensor
+/// (`kHoldsNoTensor`). Any other type is a compile-time error, never "no tensors". All are
+/// declared first, so that each reaches the others in any nesting.
+template <class F>
+void visit_tensors(at::Tensor& tensor, F& f);
 template <class F>
 void visit_tensors(c10::IValue& value, F& f);
-template <class T, class F>
-void visit_tensors(std::vector<T>& values, F& f);
+template <class T, class A, class F>
+void visit_tensors(std::vector<T, A>& values, F& f);
+template <class A, class F>
+void visit_tensors(std::vector<bool, A>& values, F& f);
+template <class T, std::size_t N, class F>
+void visit_tensors(std::array<T, N>& values, F& f);
+template <class T, class A, class F>
+void visit_tensors(std::deque<T, A>& values, F& f);
+template <class T, class A, class F>
+void visit_tensors(std::list<T, A>& values, F& f);
 template <class F, class... T>
 void visit_tensors(std::tuple<T...>& values, F& f);
 template <class A, class B, class F>
 void visit_tensors(std::pair<A, B>& values, F& f);
-template <class K, class V, class F>
-void visit_tensors(std::map<K, V>& values, F& f);
-template <class K, class V, class F>
-void visit_tensors(std::unordered_map<K, V>& values, F& f);
+template <class K, class V, class C, class A, class F>
+void visit_tensors(std::map<K, V, C, A>& values, F& f);
+template <class K, class V, class H, class E, class A, class F>
+void visit_tensors(std::unordered_map<K, V, H, E, A>& values, F& f);
 template <class T, class F>
 void visit_tensors(std::optional<T>& value, F& f);
+template <class T, class F>
+void visit_tensors(c10::List<T>& values, F& f);
+template <class K, class V, class F>
+void visit_tensors(c10::Dict<K, V>& values, F& f);
+template <class K, class V, class F>
+void visit_tensors(torch::OrderedDict<K, V>& values, F& f);
 template <class T, class F>
 void visit_tensors(T& value, F& f);
 
@@ -84,8 +148,22 @@ template <class F>
 void visit_tensors(at::Tensor& tensor, F& f) {
   f(tensor);
 }
-template <class T, class F>
-void visit_tensors(std::vector<T>& values, F& f) {
+template <class T, class A, class F>
+void visit_tensors(std::vector<T, A>& values, F& f) {
+  for (auto& value : values) visit_tensors(value, f);
+}
+template <class A, class F>
+void visit_tensors(std::vector<bool, A>& /*values*/, F& /*f*/) {}  // holds no tensor
+template <class T, std::size_t N, class F>
+void visit_tensors(std::array<T, N>& values, F& f) {
+  for (auto& value : values) visit_tensors(value, f);
+}
+template <class T, class A, class F>
+void visit_tensors(std::deque<T, A>& values, F& f) {
+  for (auto& value : values) visit_tensors(value, f);
+}
+template <class T, class A, class F>
+void visit_tensors(std::list<T, A>& values, F& f) {
   for (auto& value : values) visit_tensors(value, f);
 }
 template <class F, class... T>
@@ -97,20 +175,61 @@ void visit_tensors(std::pair<A, B>& values, F& f) {
   visit_tensors(values.first, f);
   visit_tensors(values.second, f);
 }
-template <class K, class V, class F>
-void visit_tensors(std::map<K, V>& values, F& f) {
+template <class K, class V, class C, class A, class F>
+void visit_tensors(std::map<K, V, C, A>& values, F& f) {
   for (auto& [key, value] : values) visit_tensors(value, f);
 }
-template <class K, class V, class F>
-void visit_tensors(std::unordered_map<K, V>& values, F& f) {
+template <class K, class V, class H, class E, class A, class F>
+void visit_tensors(std::unordered_map<K, V, H, E, A>& values, F& f) {
   for (auto& [key, value] : values) visit_tensors(value, f);
 }
 template <class T, class F>
 void visit_tensors(std::optional<T>& value, F& f) {
   if (value) visit_tensors(*value, f);
 }
+// c10::List and c10::Dict hand out copies of their elements: each is visited and put back.
 template <class T, class F>
-void visit_tensors(T& /*value*/, F& /*f*/) {}  // holds no tensor
+void visit_tensors(c10::List<T>& values, F& f) {
+  if constexpr (!kHoldsNoTensor<T>) {
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      T element = values.get(i);
+      visit_tensors(element, f);
+      values.set(i, std::move(element));
+    }
+  }
+}
+template <class K, class V, class F>
+void visit_tensors(c10::Dict<K, V>& values, F& f) {
+  if constexpr (!kHoldsNoTensor<V>) {
+    for (const auto& entry : values) {
+      V element = entry.value();
+      visit_tensors(element, f);
+      entry.setValue(std::move(element));
+    }
+  }
+}
+template <class K, class V, class F>
+void visit_tensors(torch::OrderedDict<K, V>& values, F& f) {
+  for (auto& item : values) visit_tensors(item.value(), f);
+}
+template <class T, class F>
+void visit_tensors(T& value, F& f) {
+  using U = std::remove_cv_t<T>;
+  if constexpr (kHoldsNoTensor<U>) {
+    // holds no tensor
+  } else if constexpr (IsOwnC10Optional<U>::value) {
+    if (value) visit_tensors(*value, f);
+  } else if constexpr (adl::HasVisitTensors<T, F>::value) {
+    adl::visit_user_type(value, f);
+  } else {
+    static_assert(DependentFalse<T>::value,
+                  "modhooks::dist: DistributedDataParallel cannot find the tensors of this output "
+                  "type; declare `template <class F> void visit_tensors(YourType&, F& f)` beside "
+                  "it, found by argument-dependent lookup, that calls f(tensor) or "
+                  "modhooks::dist::visit_tensors(member, f) for each member (the customisation "
+                  "point modhooks::dist::visit_tensors, see docs/dist.md)");
+  }
+}
 template <class F>
 void visit_tensors(c10::IValue& value, F& f) {
   if (value.isTensor()) {
@@ -140,7 +259,42 @@ void visit_tensors(c10::IValue& value, F& f) {
   }
 }
 
+/// The function object behind `modhooks::dist::visit_tensors`.
+struct VisitTensors {
+  template <class T, class F>
+  void operator()(T& value, F&& f) const {
+    detail::visit_tensors(value, f);
+  }
+};
+
 }  // namespace detail
+
+/// \addtogroup api_dist
+/// @{
+
+/// Applies `f(at::Tensor&)` to every tensor in `value`, as `DistributedDataParallel` finds the
+/// tensors of a forward's output (Python's `_find_tensors`); `f` may replace a tensor in place.
+/// It knows `at::Tensor`, `c10::IValue`, `std::vector`, `std::array`, `std::deque`, `std::list`,
+/// `std::tuple`, `std::pair`, `std::map`, `std::unordered_map`, `std::optional`, `c10::List`,
+/// `c10::Dict`, `torch::OrderedDict` and nestings of them, and leaves that hold no tensor
+/// (numbers, enums, strings). It is also the customisation point for a type of one's own:
+/// declare `visit_tensors(YourType&, F&)` beside the type (argument-dependent lookup finds it)
+/// and call this for its members. Any other type fails to compile (a `static_assert`).
+///
+/// **Example**:
+/// \code
+///   namespace my {
+///   struct Output { at::Tensor logits; std::vector<at::Tensor> hidden; int steps; };
+///   template <class F>
+///   void visit_tensors(Output& out, F& f) {
+///     f(out.logits);
+///     modhooks::dist::visit_tensors(out.hidden, f);
+///   }
+///   }  // namespace my
+/// \endcode
+inline constexpr detail::VisitTensors visit_tensors{};
+
+/// @}
 
 /// \addtogroup api_dist
 /// @{
