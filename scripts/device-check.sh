@@ -108,7 +108,7 @@ if ((cuda)) && [[ "$dist_line" != *"NCCL 1"* ]]; then
   failures=$((failures + 1))
 fi
 
-targets=(grad_test model_io_test)
+targets=(grad_test model_io_test nn_utils_threads_test)
 [[ "$dist_line" == *Gloo* ]] && targets+=(ddp_device_test)
 aoti_line="$(grep -m 1 'modhooks::aoti' "$build_log" | sed 's/^-- //' || true)"
 [[ "$aoti_line" == *": on"* ]] && targets+=(aoti_test)
@@ -194,6 +194,7 @@ step grad tests/grad_test 'Devices/Grad.*/cuda:Backend.CpuAndCudaUseAten'
 step load_model tests/model_io_test \
   'ModelIo.CudaTargetsGoThroughThePinnedBufferInChunks:ModelIo.CudaLoadHoldsAtMostTheLargestTensorOnTheDevice'
 step load_sd tests/model_io_test 'ModelIo.CpuCheckpointIntoACudaModelWithLoadStateDict'
+step cached tests/nn_utils_threads_test 'NnUtilsThreads.ACachedValueComputedOnOneStreamIsReadOnAnother'
 if [[ " ${targets[*]} " == *" ddp_device_test "* ]]; then
   step ddp tests/dist/ddp_device_test 'Backends/DdpWorldOfOne.*'
 else

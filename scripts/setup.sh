@@ -11,7 +11,8 @@
 #     is the oracle of the differential tests, plus safetensors and numpy, torchvision and
 #     transformers (models nobody here wrote, for the export tests), executorch (its Python
 #     side lowers programs, its C++ runtime is what modhooks::executorch builds against), and
-#     modhooks' own Python package (python/, the export side of hook points)
+#     modhooks' own Python package (python/, the export side of hook points), and msprobe
+#     (mindstudio-probe, the oracle of modhooks::probe) where its wheel exists
 # Source it to get MODHOOKS_TORCH_PREFIX, MODHOOKS_PYTHON and the ccache settings; sourced, it
 # also leaves `set -euo pipefail` on in the caller (.ci/run relies on that).
 set -euo pipefail
@@ -20,6 +21,7 @@ MODHOOKS_TORCH_VERSION=2.15.0
 MODHOOKS_TORCHVISION_VERSION=0.29.2
 MODHOOKS_TRANSFORMERS_VERSION=5.24.0
 MODHOOKS_EXECUTORCH_VERSION=1.5.1
+MODHOOKS_MSPROBE_VERSION=26.2.0
 
 packages=(build-essential cmake ninja-build ccache libfmt-dev googletest libgtest-dev
   libbenchmark-dev nlohmann-json3-dev libdeflate-dev libtorch-dev python3-venv clang clang-format
@@ -50,6 +52,14 @@ if ! "$venv/bin/python" -c "import executorch.version as v; assert v.__version__
   echo "setup: installing executorch into .venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "torch==$MODHOOKS_TORCH_VERSION" \
     "executorch==$MODHOOKS_EXECUTORCH_VERSION"
+fi
+# msprobe (PyPI mindstudio-probe), the oracle of modhooks::probe's tests, with what its compare
+# imports. Its 26.2.0 wheel is x86_64 only: elsewhere the tests that need it say they skipped.
+if ! "$venv/bin/python" -c "import importlib.metadata as m, msprobe, pandas; assert m.version('mindstudio-probe') == '$MODHOOKS_MSPROBE_VERSION'" 2>/dev/null; then
+  echo "setup: installing mindstudio-probe==$MODHOOKS_MSPROBE_VERSION into .venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "torch==$MODHOOKS_TORCH_VERSION" \
+    "mindstudio-probe==$MODHOOKS_MSPROBE_VERSION" psutil matplotlib einops pytz tensorboard ||
+    echo "setup: no mindstudio-probe $MODHOOKS_MSPROBE_VERSION wheel here; the msprobe comparisons will skip"
 fi
 # The tests import python/ from the checkout itself; the installed copy is what users get.
 if ! "$venv/bin/python" -c "import modhooks, sys; sys.exit(modhooks.__version__ != '$(sed -n 's/^version = "\(.*\)"/\1/p' "$MODHOOKS_ROOT/python/pyproject.toml")')" 2>/dev/null; then

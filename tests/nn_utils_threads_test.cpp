@@ -4,7 +4,10 @@
 // once, outside and inside a `parametrize::Cached` scope. Each output must be one thread's alone
 // (CI runs this under TSan); every forward computes, as in Python, so every write shows.
 #include <ATen/autocast_mode.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
@@ -261,6 +264,40 @@ TEST(NnUtilsThreads, AWeightComputedUnderAutocastIsNotKept) {
       nu::parametrize::parametrizations(layer, "weight")->named_parameters()["original"];
   const at::Tensor by_hand = at::linear(x, at::mm(original, original.t()), layer->bias);
   EXPECT_TRUE(at::allclose(modhooks::call(layer, x), by_hand));
+}
+
+TEST(NnUtilsThreads, ACachedValueComputedOnOneStreamIsReadOnAnother) {
+  // CUDA: one thread computes the scope's weight on its stream, three others read it on theirs
+  // (scripts/device-check.sh runs it); each stream waits for the computation and the value's
+  // memory stays until every stream is done with it.
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device cuda(c10::DeviceType::CUDA, 0);
+  Served s;
+  s.model->eval();
+  s.model->to(cuda);
+  const at::Tensor x = at::randn({256, 16}, cuda);
+  at::Tensor expected;
+  {
+    at::NoGradGuard no_grad;
+    expected = modhooks::call(s.model, x).cpu();
+  }
+  const c10::impl::VirtualGuardImpl streams(c10::DeviceType::CUDA);
+  std::atomic<int> wrong{0};
+  {
+    nu::parametrize::Cached scope;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 4; ++t) {
+      pool.emplace_back([&] {
+        const c10::StreamGuard on(streams.getStreamFromGlobalPool(cuda));
+        const at::NoGradGuard no_grad;
+        for (int i = 0; i < 50; ++i) {
+          if (!at::allclose(modhooks::call(s.model, x).cpu(), expected)) ++wrong;
+        }
+      });
+    }
+    for (std::thread& thread : pool) thread.join();
+  }
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
+#include <optional>
 #include <stdexcept>
 
 #include "modhooks/nn/holder.h"
@@ -487,6 +488,22 @@ TEST(TestNNParametrization, ParametrizingWithATakenNameLeavesTheModuleAsItWas) {
         },
         "parametrizations", module);
   }
+}
+
+TEST(TestNNParametrization, TheOriginalsDieWithTheModule) {
+  // Python's parametrized tensor lives in the module's `parametrizations`: when the module goes,
+  // so do its originals, whatever modhooks keeps beside it.
+  std::optional<c10::weak_intrusive_ptr<c10::TensorImpl>> original;
+  {
+    Linear m(4, 4);
+    parametrize::register_parametrization(m, "weight", nn_utils_scenarios::Symmetric());
+    modhooks::call(m, at::randn({2, 4}));
+    original.emplace(parametrize::parametrizations(m, "weight")
+                         ->named_parameters()["original"]
+                         .getIntrusivePtr());
+    EXPECT_FALSE(original->expired());
+  }
+  EXPECT_TRUE(original->expired());
 }
 
 }  // namespace

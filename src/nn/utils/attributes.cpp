@@ -3,6 +3,7 @@
 #include "attributes.h"
 
 #include <ATen/core/grad_mode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
 #include <atomic>
@@ -201,15 +202,41 @@ void Applied::assign(const at::Tensor& value) {
   scope_.store(0, std::memory_order_release);
 }
 
+namespace {
+
+/// The current stream of the device `tensor` is on.
+c10::Stream current_stream(const at::Tensor& tensor) {
+  return c10::impl::getDeviceGuardImpl(tensor.device().type())->getStream(tensor.device());
+}
+
+}  // namespace
+
 void Applied::before_forward(torch::nn::Module& module) {
   const std::uint64_t scope = cached_scope();
   if (scope != 0 && cacheable(module)) {
-    if (computed_in(scope)) return;
-    member.get() = compute(module);
+    if (computed_in(scope)) {
+      read_on_this_stream();
+      return;
+    }
+    at::Tensor value = compute(module);
+    member.get() = value;
+    computed_.reset();
+    if (!value.device().is_cpu()) {
+      computed_.emplace(value.device().type());
+      computed_->record(current_stream(value));
+    }
     scope_.store(scope, std::memory_order_release);
     return;
   }
   assign(compute(module));
+}
+
+void Applied::read_on_this_stream() const {
+  const at::Tensor& value = member.get();
+  if (!value.defined() || value.device().is_cpu()) return;
+  const c10::Stream stream = current_stream(value);
+  if (computed_) computed_->block(stream);
+  value.record_stream(stream);
 }
 
 std::shared_ptr<Utilities> utilities_for(torch::nn::Module& module) {
@@ -233,7 +260,10 @@ RemovableHandle recompute_before_forward(torch::nn::Module& module, Utilities& u
         // A forward that holds the module's forwards shared reads what its scope computed.
         const auto utilities = owner.lock();
         const Held* entry = utilities ? held_here(*utilities) : nullptr;
-        if (entry != nullptr && entry->shared) return;
+        if (entry != nullptr && entry->shared) {
+          live->read_on_this_stream();
+          return;
+        }
         live->before_forward(self);
       });
 }

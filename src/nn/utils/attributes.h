@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/Event.h>
 #include <torch/nn/module.h>
 #include <torch/ordered_dict.h>
 
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <utility>
@@ -106,6 +108,10 @@ struct Applied {
   bool computed_in(std::uint64_t scope) const noexcept {
     return scope_.load(std::memory_order_acquire) == scope;
   }
+  /// A forward that reads the value of its `Cached` scope, which another thread may have
+  /// computed on another stream of the device: this thread's stream waits for that computation,
+  /// and the caching allocator keeps the value's memory until this stream is done with it.
+  void read_on_this_stream() const;
   /// Removes the hooks this utility registered.
   void remove_hooks() noexcept;
 
@@ -118,6 +124,7 @@ struct Applied {
 
  private:
   std::atomic<std::uint64_t> scope_{0};  // the `Cached` scope the member's value is of; 0: none
+  std::optional<c10::Event> computed_;   // recorded where a scope's value is on a device
 };
 
 /// The `parametrize::Cached` scope under way in the process (Python's cache is global): a

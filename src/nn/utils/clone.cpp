@@ -106,8 +106,7 @@ std::shared_ptr<torch::nn::Module> clone_around(const torch::nn::Module& origina
                                                 const modhooks::detail::CloneCopy& copy) {
   // libtorch's clone reads the tables of a const module; laying them out writes them, and puts
   // back the very same tensors before it returns.
-  auto& root =
-      const_cast<torch::nn::Module&>(original);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  auto& root = const_cast<torch::nn::Module&>(original);
   std::vector<Found> found;
   find_utilities_under(root, "", found);
   if (found.empty()) return copy();

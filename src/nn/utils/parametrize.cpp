@@ -59,9 +59,9 @@ struct Parametrized final : Applied {
   Parametrized(std::string tensor_name, utils::detail::Member where,
                std::shared_ptr<ParametrizationListImpl> parametrizations, bool parameter)
       : Applied(std::move(tensor_name), where),
-        list(std::move(parametrizations)),
+        list_(std::move(parametrizations)),
         was_parameter(parameter) {}
-  at::Tensor compute(torch::nn::Module&) override { return list->forward(); }
+  at::Tensor compute(torch::nn::Module&) override { return list()->forward(); }
   /// Python's `parametrize.cached()` keeps a parametrized tensor in every mode.
   bool cacheable(torch::nn::Module&) const override { return true; }
   /// The originals live in `parametrizations.<name>`, a child of the module.
@@ -74,7 +74,18 @@ struct Parametrized final : Applied {
   /// Each parametrization's copy, registered in turn.
   void apply_to(torch::nn::Module& copy) const override;
 
-  std::shared_ptr<ParametrizationListImpl> list;
+  /// Python's `module.parametrizations[name]`, which the module owns (so the originals die with
+  /// it): RuntimeError where it was taken off the module.
+  std::shared_ptr<ParametrizationListImpl> list() const {
+    auto live = list_.lock();
+    if (!live) {
+      fail<RuntimeError>("nn.utils.parametrize.list_gone",
+                         "modhooks: parametrizations." + name + " is no longer on the module");
+    }
+    return live;
+  }
+
+  std::weak_ptr<ParametrizationListImpl> list_;
   bool was_parameter;  // `name` was a parameter (not a buffer) before it was parametrized
 };
 
@@ -253,11 +264,11 @@ void register_parametrization(torch::nn::Module& module, const std::string& name
   if (auto applied = ud::find_applied<Parametrized>(module, name)) {
     // The new value is computed before anything changes, unsafe or not: the member forward
     // reads must hold it (Python computes it at the next access instead).
-    const at::Tensor y = applied->list->forward();
+    const at::Tensor y = applied->list()->forward();
     const at::Tensor x = parametrization.forward({y});
     if (!unsafe) check_stacked(name, parametrization, y, x);
-    applied->list->append(std::move(parametrization));
-    applied->list->unsafe = applied->list->unsafe || unsafe;
+    applied->list()->append(std::move(parametrization));
+    applied->list()->unsafe = applied->list()->unsafe || unsafe;
     applied->assign(x);
     return;
   }
@@ -340,7 +351,7 @@ bool is_parametrized(const torch::nn::Module& module, const std::optional<std::s
 std::shared_ptr<ParametrizationListImpl> parametrizations(const torch::nn::Module& module,
                                                           const std::string& name) {
   auto applied = utils::detail::find_applied<Parametrized>(module, name);
-  return applied ? applied->list : nullptr;
+  return applied ? applied->list() : nullptr;
 }
 
 void remove_parametrizations(torch::nn::Module& module, const std::string& name,
@@ -352,7 +363,8 @@ void remove_parametrizations(torch::nn::Module& module, const std::string& name,
         "nn.utils.parametrize.not_parametrized",
         "Module " + ud::module_repr(module) + " does not have a parametrization on " + name);
   }
-  ParametrizationListImpl& list = *applied->list;
+  const std::shared_ptr<ParametrizationListImpl> owned = applied->list();
+  ParametrizationListImpl& list = *owned;
   at::Tensor value;  // what `name` is again: the original tensor itself where it is one
   bool as_parameter = false;
   if (list.is_tensor()) {
@@ -394,8 +406,9 @@ void remove_parametrizations(torch::nn::Module& module, const std::string& name,
 namespace {
 
 void Parametrized::apply_to(torch::nn::Module& copy) const {
-  for (std::size_t i = 0; i < list->size(); ++i) {
-    const Parametrization& parametrization = (*list)[i];
+  const std::shared_ptr<ParametrizationListImpl> stack = list();
+  for (std::size_t i = 0; i < stack->size(); ++i) {
+    const Parametrization& parametrization = (*stack)[i];
     const auto refuse = [&](const std::string& why) {
       fail<TypeError>("nn.utils.clone.parametrization",
                       "modhooks: the parametrization " + class_name(*parametrization.module) +
@@ -408,7 +421,7 @@ void Parametrized::apply_to(torch::nn::Module& copy) const {
     } catch (const c10::Error& e) {
       refuse(e.what_without_backtrace());
     }
-    detail::register_parametrization(copy, name, std::move(copied), list->unsafe);
+    detail::register_parametrization(copy, name, std::move(copied), stack->unsafe);
   }
 }
 

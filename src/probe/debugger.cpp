@@ -1,0 +1,507 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#include "modhooks/probe/debugger.h"
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "modhooks/core/error.h"
+#include "modhooks/core/handle.h"
+#include "modhooks/dispatch/detail/backward_hook.h"
+#include "modhooks/register.h"
+#include "python_json.h"
+#include "records.h"
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace probe {
+namespace detail {
+
+using modhooks::detail::fail;
+
+class ProbeBackward;
+
+/// What a debugger records and the hooks it placed. Hooks hold it by shared_ptr: a backward
+/// wiring left in an autograd graph after the debugger died finds it stopped.
+struct DebuggerState : std::enable_shared_from_this<DebuggerState> {
+  explicit DebuggerState(const Config& cfg) : config(cfg) {
+    const auto has = [&](const char* mode) {
+      return std::find(config.data_mode.begin(), config.data_mode.end(), mode) !=
+             config.data_mode.end();
+    };
+    // msprobe's _get_allowed_data_mode: a missing axis means both of its sides.
+    const bool all = has("all");
+    const bool fb = has("forward") || has("backward");
+    const bool io = has("input") || has("output");
+    forward = all || has("forward") || !fb;
+    backward = all || has("backward") || !fb;
+    inputs = all || has("input") || !io;
+    outputs = all || has("output") || !io;
+    maker.md5 = config.task == "statistics" && config.summary_mode == "md5";
+    maker.files = config.task == "tensor";
+    const char* rank_env = std::getenv("RANK");
+    if (rank_env != nullptr && *rank_env != '\0') {
+      rank = std::stoll(rank_env);
+      rank_dir = "rank" + std::string(rank_env);
+    } else {
+      rank_dir = "proc" + std::to_string(::getpid());
+    }
+  }
+
+  // --- configuration
+  Config config;
+  RecordMaker maker;
+  // msprobe's allowed data modes: what is dumped of which direction.
+  bool forward = true, backward = true, inputs = true, outputs = true;
+  std::optional<int64_t> rank;
+  std::string rank_dir;
+
+  // --- the step being recorded (all under `mutex`)
+  std::mutex mutex;
+  bool running = false;  // between start() and stop(), in a step and rank that dump
+  int64_t step = 0;
+  std::string folder;  // <dump_path>/step<N>/<rank_dir>
+  Json data = Json::object();
+  Json construct = Json::object();
+  bool dirty = false;
+  std::map<std::string, int64_t> forward_count;  // per "Module.<path>.<Class>."
+  std::map<std::string, int64_t> grad_count;     // per module and parameter
+  std::map<std::string, bool> backward_dumped;   // per "Module.<path>.<Class>"
+  std::vector<std::string> stack;                // entries entered and not left, as msprobe's
+  bool in_scope = false;
+
+  /// A forward call between its pre-hook and its forward hook.
+  struct Pending {
+    std::string name;
+    c10::intrusive_ptr<ProbeBackward> backward;
+  };
+  std::map<const torch::nn::Module*, std::vector<Pending>> pending;
+
+  // --- the hooks placed by start()
+  std::vector<RemovableHandle> handles;
+  struct ParamHook {
+    at::Tensor param;
+    unsigned position;
+  };
+  std::vector<ParamHook> param_hooks;
+  bool hooked = false;
+
+  bool step_dumps() const {
+    const bool step_ok = config.step.empty() || std::find(config.step.begin(), config.step.end(),
+                                                          step) != config.step.end();
+    const bool rank_ok =
+        config.rank.empty() || !rank ||
+        std::find(config.rank.begin(), config.rank.end(), *rank) != config.rank.end();
+    return step_ok && rank_ok;
+  }
+
+  // msprobe's scope: a range of two entry names (ModuleRangeScope) and substrings (`list`).
+  bool collects(const std::string& name) const {
+    if (!config.scope.empty() && !in_scope) return false;
+    if (config.list.empty()) return true;
+    return std::any_of(config.list.begin(), config.list.end(),
+                       [&](const std::string& s) { return name.find(s) != std::string::npos; });
+  }
+
+  void enter(const std::string& name) {
+    construct[name] = stack.empty() ? Json(nullptr) : Json(stack.back());
+    stack.push_back(name);
+    if (!config.scope.empty() && name == config.scope[0]) in_scope = true;
+  }
+
+  void leave(const std::string& name) {
+    if (!stack.empty()) stack.pop_back();
+    if (!config.scope.empty() && name == config.scope[1]) in_scope = false;
+  }
+
+  /// msprobe's update_data: a module entry seen again moves to the end with its new keys.
+  void update(const std::string& name, const Json& fields) {
+    dirty = true;
+    auto it = data.find(name);
+    if (it == data.end()) {
+      data[name] = fields;
+      return;
+    }
+    Json existing = *it;
+    data.erase(it);
+    for (auto field = fields.begin(); field != fields.end(); ++field) {
+      existing[field.key()] = field.value();
+    }
+    data[name] = std::move(existing);
+  }
+
+  Json list_of(const std::vector<c10::IValue>& values, const std::string& stem) const {
+    Json list = Json::array();
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      list.push_back(maker.value(values[i], stem + "." + std::to_string(i)));
+    }
+    return list;
+  }
+
+  /// Gradients, leaving out the undefined ones (Python's None), as msprobe does.
+  Json grads_of(const TensorList& grads, const std::string& stem) const {
+    Json list = Json::array();
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      if (grads[i].defined())
+        list.push_back(maker.tensor(grads[i], stem + "." + std::to_string(i) + ".pt"));
+    }
+    return list;
+  }
+
+  void make_folder() {
+    namespace fs = std::filesystem;
+    folder = config.dump_path + "/step" + std::to_string(step) + "/" + rank_dir;
+    const std::string tensors = folder + "/dump_tensor_data";
+    std::error_code error;
+    fs::create_directories(maker.files ? tensors : folder, error);
+    if (error || ::access(folder.c_str(), W_OK) != 0) {
+      fail<RuntimeError>("probe.dump.unwritable",
+                         "modhooks::probe cannot write the dump folder '" + folder + "'" +
+                             (error ? ": " + error.message() : std::string()));
+    }
+    maker.folder = tensors;
+  }
+
+  void write_file(const std::string& name, const Json& value) const {
+    const std::string path = folder + "/" + name;
+    const std::string temp = path + ".tmp";
+    {
+      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+      out << python_json(value);
+      out.flush();
+      if (!out) {
+        std::remove(temp.c_str());
+        fail<RuntimeError>("probe.dump.write_failed",
+                           "modhooks::probe could not write '" + path + "'");
+      }
+    }
+    if (std::rename(temp.c_str(), path.c_str()) != 0) {
+      std::remove(temp.c_str());
+      fail<RuntimeError>("probe.dump.write_failed",
+                         "modhooks::probe could not write '" + path + "'");
+    }
+  }
+
+  /// dump.json, construct.json and stack.json of the step so far.
+  void flush() {
+    if (!dirty || folder.empty()) return;
+    Json dump = Json::object();
+    dump["task"] = config.task;
+    dump["level"] = config.level;
+    dump["framework"] = "pytorch";
+    dump["dump_data_dir"] = maker.files ? Json(maker.folder) : Json(nullptr);
+    dump["data"] = data;
+    write_file("dump.json", dump);
+    if (config.extra_info) {
+      write_file("construct.json", construct);
+      // No Python stack to show: compare reads `{}` as no stacks.
+      write_file("stack.json", Json::object());
+    }
+    dirty = false;
+  }
+
+  void remove_hooks() {
+    for (RemovableHandle& handle : handles) handle.remove();
+    handles.clear();
+    for (ParamHook& hook : param_hooks) hook.param.remove_hook(hook.position);
+    param_hooks.clear();
+    hooked = false;
+  }
+
+  // --- what the hooks do
+
+  std::optional<std::vector<c10::IValue>> pre_hook(const std::string& prefix,
+                                                   torch::nn::Module& module,
+                                                   const std::vector<c10::IValue>& args);
+  std::optional<c10::IValue> forward_hook(torch::nn::Module& module,
+                                          const std::vector<c10::IValue>& args,
+                                          const c10::IValue& output);
+  void backward_begin(const std::string& name);
+  void backward_end(const std::string& name, const std::string& module_name,
+                    const TensorList& grad_input, const TensorList& grad_output);
+  void param_grad(const std::string& module_name, const std::string& param_name,
+                  const at::Tensor& param, const at::Tensor& grad);
+};
+
+/// The backward wiring of one forward call, msprobe's `BackwardHook(module, [backward_hook],
+/// [backward_pre_hook])`: made in the pre-hook, so the backward entry takes its call's index,
+/// and set on the output as forward returned it, before the user's forward hooks.
+class ProbeBackward final : public modhooks::detail::BackwardHookBase {
+ public:
+  ProbeBackward(std::shared_ptr<DebuggerState> state, std::string name, std::string module_name)
+      : state_(std::move(state)), name_(std::move(name)), module_name_(std::move(module_name)) {}
+
+ private:
+  void run_pre_hooks(TensorList& /*grad_output*/) override { state_->backward_begin(name_); }
+  bool run_full_hooks(TensorList& grad_input, const TensorList& grad_output,
+                      bool /*check_length*/) override {
+    state_->backward_end(name_, module_name_, grad_input, grad_output);
+    return false;
+  }
+  bool has_full_hooks() const override { return true; }
+
+  std::shared_ptr<DebuggerState> state_;
+  std::string name_;
+  std::string module_name_;
+};
+
+namespace {
+
+/// The top-level tensors of `values` and where they stand, as BackwardHook wraps them.
+struct Tensors {
+  TensorList tensors;
+  std::vector<std::size_t> positions;
+};
+
+Tensors top_level_tensors(const std::vector<c10::IValue>& values) {
+  Tensors out;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (values[i].isTensor() && values[i].toTensor().defined()) {
+      out.tensors.push_back(values[i].toTensor());
+      out.positions.push_back(i);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::vector<c10::IValue>> DebuggerState::pre_hook(
+    const std::string& prefix, torch::nn::Module& module, const std::vector<c10::IValue>& args) {
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!running) return std::nullopt;
+  auto [count, fresh] = forward_count.try_emplace(prefix, 0);
+  if (!fresh) ++count->second;
+  const std::string index = std::to_string(count->second);
+  const std::string name = prefix + "forward." + index;
+  enter(name);
+  if (forward && inputs && collects(name)) {
+    Json fields = Json::object();
+    fields["input_args"] = list_of(args, name + ".input");
+    fields["input_kwargs"] = Json::object();
+    update(name, fields);
+  }
+  auto backward = c10::make_intrusive<ProbeBackward>(
+      shared_from_this(), prefix + "backward." + index, prefix.substr(0, prefix.size() - 1));
+  pending[&module].push_back(Pending{name, backward});
+  Tensors found = top_level_tensors(args);
+  TensorList wrapped = backward->setup_input(found.tensors, found.positions, args.size());
+  if (found.tensors.empty() ||
+      wrapped[0].unsafeGetTensorImpl() == found.tensors[0].unsafeGetTensorImpl()) {
+    return std::nullopt;  // nothing wrapped: no input requires grad
+  }
+  std::vector<c10::IValue> replaced = args;
+  for (std::size_t k = 0; k < found.positions.size(); ++k) {
+    replaced[found.positions[k]] = wrapped[k];
+  }
+  return replaced;
+}
+
+std::optional<c10::IValue> DebuggerState::forward_hook(torch::nn::Module& module,
+                                                       const std::vector<c10::IValue>& args,
+                                                       const c10::IValue& output) {
+  (void)args;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto calls = pending.find(&module);
+  if (calls == pending.end() || calls->second.empty()) return std::nullopt;
+  Pending call = std::move(calls->second.back());
+  calls->second.pop_back();
+  if (!running) return std::nullopt;
+  if (forward && outputs && collects(call.name)) {
+    Json fields = Json::object();
+    if (output.isTuple()) {
+      fields["output"] = maker.value(output, call.name + ".output");
+    } else {
+      fields["output"] = Json::array({maker.value(output, call.name + ".output.0")});
+    }
+    Json parameters = Json::object();
+    for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+      parameters[item.key()] =
+          maker.tensor(item.value(), call.name + ".parameters." + item.key() + ".pt");
+    }
+    fields["parameters"] = std::move(parameters);
+    update(call.name, fields);
+  }
+  leave(call.name);
+  // The output as forward returned it goes through the call's backward wiring.
+  if (output.isTensor()) {
+    const at::Tensor& tensor = output.toTensor();
+    if (!tensor.defined()) return std::nullopt;
+    TensorList wrapped = call.backward->setup_output({tensor}, {0}, 1);
+    return c10::IValue(wrapped[0]);
+  }
+  if (output.isTuple()) {
+    std::vector<c10::IValue> items = output.toTupleRef().elements().vec();
+    Tensors found = top_level_tensors(items);
+    TensorList wrapped = call.backward->setup_output(found.tensors, found.positions, items.size());
+    for (std::size_t k = 0; k < found.positions.size(); ++k) {
+      items[found.positions[k]] = wrapped[k];
+    }
+    return c10::IValue(c10::ivalue::Tuple::create(std::move(items)));
+  }
+  return std::nullopt;
+}
+
+void DebuggerState::backward_begin(const std::string& name) {
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!running) return;
+  enter(name);
+}
+
+void DebuggerState::backward_end(const std::string& name, const std::string& module_name,
+                                 const TensorList& grad_input, const TensorList& grad_output) {
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!running) return;
+  if (backward && collects(name)) {
+    // msprobe's names: "input" holds the gradients of the module's outputs, "output" those of
+    // its inputs.
+    Json fields = Json::object();
+    if (inputs) fields["input"] = grads_of(grad_output, name + ".input");
+    if (outputs) fields["output"] = grads_of(grad_input, name + ".output");
+    update(name, fields);
+    backward_dumped[module_name] = true;
+  }
+  leave(name);
+}
+
+void DebuggerState::param_grad(const std::string& module_name, const std::string& param_name,
+                               const at::Tensor& param, const at::Tensor& grad) {
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!running || !grad.defined()) return;
+  auto [count, fresh] = grad_count.try_emplace(module_name + "." + param_name, 0);
+  if (!fresh) ++count->second;
+  const std::string name = module_name + ".parameters_grad." + std::to_string(count->second);
+  if (!collects(module_name) && !backward_dumped[module_name]) {
+    data.erase(name);
+    return;
+  }
+  // This hook runs as the gradient reaches the parameter's accumulator; msprobe's runs after it
+  // and reads `param.grad`, which is this gradient plus what `.grad` held.
+  const at::NoGradGuard no_grad;
+  const at::Tensor accumulated = param.grad().defined() ? param.grad() + grad : grad;
+  Json fields = Json::object();
+  fields[param_name] = Json::array({maker.tensor(accumulated, name + "." + param_name + ".pt")});
+  update(name, fields);
+}
+
+namespace {
+std::atomic<bool> debugger_alive{false};
+}  // namespace
+
+}  // namespace detail
+
+PrecisionDebugger::PrecisionDebugger(const Config& config) {
+  config.validate();
+  if (detail::debugger_alive.exchange(true)) {
+    modhooks::detail::fail<RuntimeError>(
+        "probe.debugger.second",
+        "modhooks::probe: a PrecisionDebugger already exists in this process (one at a time, as "
+        "msprobe's)");
+  }
+  state_ = std::make_shared<detail::DebuggerState>(config);
+}
+
+PrecisionDebugger::~PrecisionDebugger() {
+  {
+    const std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->running = false;
+    state_->remove_hooks();
+  }
+  detail::debugger_alive = false;
+}
+
+void PrecisionDebugger::start_nn(torch::nn::Module& model) {
+  auto& state = *state_;
+  const std::lock_guard<std::mutex> lock(state.mutex);
+  if (!state.step_dumps()) return;
+  state.make_folder();
+  state.running = true;
+  if (state.hooked) return;
+  state.hooked = true;
+  const bool param_hooks = state.backward;
+  for (const auto& item : model.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    const std::shared_ptr<torch::nn::Module>& module = item.value();
+    const std::string prefix =
+        "Module." + item.key() + "." + modhooks::detail::python_class_name(*module) + ".";
+    std::weak_ptr<detail::DebuggerState> weak = state_;
+    state.handles.push_back(modhooks::register_forward_pre_hook(
+        module,
+        [weak, prefix](torch::nn::Module& m, const std::vector<c10::IValue>& args)
+            -> std::optional<std::vector<c10::IValue>> {
+          if (auto s = weak.lock()) return s->pre_hook(prefix, m, args);
+          return std::nullopt;
+        }));
+    state.handles.push_back(modhooks::register_forward_hook(
+        module,
+        [weak](torch::nn::Module& m, const std::vector<c10::IValue>& args,
+               const c10::IValue& output) -> std::optional<c10::IValue> {
+          if (auto s = weak.lock()) return s->forward_hook(m, args, output);
+          return std::nullopt;
+        },
+        ForwardHookOptions().prepend(true)));
+    if (!param_hooks) continue;
+    const std::string module_name = prefix.substr(0, prefix.size() - 1);
+    for (const auto& param : module->named_parameters(/*recurse=*/false)) {
+      at::Tensor tensor = param.value();
+      if (!tensor.requires_grad()) continue;
+      const std::string param_name = param.key();
+      // The hook holds the parameter weakly: a parameter holding itself would never die.
+      c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> weak_param(
+          tensor.getIntrusivePtr());
+      const unsigned position =
+          tensor.register_hook([weak, module_name, param_name, weak_param](const at::Tensor& grad) {
+            auto s = weak.lock();
+            auto impl = weak_param.lock();
+            if (s && impl) s->param_grad(module_name, param_name, at::Tensor(impl), grad);
+          });
+      state.param_hooks.push_back(detail::DebuggerState::ParamHook{tensor, position});
+    }
+  }
+}
+
+void PrecisionDebugger::stop() {
+  auto& state = *state_;
+  const std::lock_guard<std::mutex> lock(state.mutex);
+  state.running = false;
+  state.remove_hooks();
+  state.pending.clear();
+  state.flush();
+}
+
+void PrecisionDebugger::step() {
+  auto& state = *state_;
+  const std::lock_guard<std::mutex> lock(state.mutex);
+  state.flush();
+  ++state.step;
+  state.data = detail::Json::object();
+  state.construct = detail::Json::object();
+  state.forward_count.clear();
+  state.grad_count.clear();
+  state.backward_dumped.clear();
+  state.stack.clear();
+  state.in_scope = false;
+  state.folder.clear();
+  state.dirty = false;
+  if (state.running) {
+    // Still started: the next step records where it dumps.
+    state.running = state.step_dumps();
+    if (state.running) state.make_folder();
+  }
+}
+
+}  // namespace probe
+MODHOOKS_END_NAMESPACE

@@ -1,0 +1,438 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// modhooks::probe::PrecisionDebugger: dumps in msprobe's format. msprobe itself is the oracle:
+// tests/python/probe_oracle.py runs msprobe's Python dump of the same models, weights and
+// inputs, and msprobe's compare must match every row of the C++ dump and pass it.
+#include <gtest/gtest.h>
+#include <torch/optim/sgd.h>
+
+#include <sys/wait.h>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "modhooks/modhooks.h"
+#include "modhooks/probe.h"
+
+namespace mp = modhooks::probe;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The models of probe_oracle.py, registered in the same order so named_modules() agree.
+struct MLPImpl : torch::nn::Module {
+  MLPImpl()
+      : fc1(register_module("fc1", modhooks::nn::Linear(4, 8))),
+        act(register_module("act", modhooks::nn::ReLU())),
+        fc2(register_module("fc2", modhooks::nn::Linear(8, 3))) {}
+  at::Tensor forward(const at::Tensor& x) { return fc2(act(fc1(x))); }
+  modhooks::nn::Linear fc1;
+  modhooks::nn::ReLU act;
+  modhooks::nn::Linear fc2;
+};
+TORCH_MODULE(MLP);
+
+struct BlockImpl : torch::nn::Module {
+  BlockImpl()
+      : fc(register_module("fc", modhooks::nn::Linear(3, 3))),
+        act(register_module("act", modhooks::nn::Tanh())) {}
+  at::Tensor forward(const at::Tensor& x) { return act(fc(x)); }
+  modhooks::nn::Linear fc;
+  modhooks::nn::Tanh act;
+};
+TORCH_MODULE(Block);
+
+struct NestedImpl : torch::nn::Module {
+  NestedImpl()
+      : shared(register_module("shared", modhooks::nn::Linear(3, 3))),
+        block(register_module("block", Block())),
+        seq(register_module(
+            "seq", modhooks::Sequential(modhooks::nn::Linear(3, 2), modhooks::nn::ReLU()))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    return modhooks::call(seq, shared(modhooks::call(block, shared(x))));
+  }
+  modhooks::nn::Linear shared;
+  Block block;
+  modhooks::Sequential seq;
+};
+TORCH_MODULE(Nested);
+
+const std::string kFixtures = MODHOOKS_PROBE_FIXTURES;
+const std::string kOracle = std::string(MODHOOKS_TEST_SOURCE_DIR) + "/python/probe_oracle.py";
+
+/// Runs `command`; its exit status and what it printed.
+std::pair<int, std::string> run(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// A dump.json as nlohmann reads it: Python's NaN and Infinity tokens, which it does not take,
+/// read as null (the tests that need them look at the text).
+nlohmann::ordered_json read_json(const std::string& path) {
+  std::string text = read_text(path);
+  for (const std::string token : {"-Infinity", "Infinity", "NaN"}) {
+    for (auto at = text.find(": " + token); at != std::string::npos;
+         at = text.find(": " + token, at)) {
+      text.replace(at + 2, token.size(), "null");
+    }
+  }
+  return nlohmann::ordered_json::parse(text);
+}
+
+/// The one process folder (proc<pid> or rank<R>) of a step.
+std::string step_folder(const std::string& dump_path, int step) {
+  const fs::path step_dir = fs::path(dump_path) / ("step" + std::to_string(step));
+  for (const auto& entry : fs::directory_iterator(step_dir)) return entry.path().string();
+  return "";
+}
+
+/// probe_oracle.py's training: two steps of SGD, the optimizer stepping after debugger.step().
+template <class Model>
+void train(Model& model, const std::string& name, mp::PrecisionDebugger& debugger) {
+  modhooks::load_state_dict(model, modhooks::load(kFixtures + "/" + name + ".pt"));
+  const c10::IValue inputs = modhooks::load_object(kFixtures + "/" + name + "_inputs.pt");
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  for (int step = 0; step < 2; ++step) {
+    debugger.start(model);
+    const at::Tensor x = inputs.toGenericDict().at("x" + std::to_string(step)).toTensor();
+    at::Tensor loss = modhooks::call(model, x).pow(2).mean();
+    loss.backward();
+    debugger.stop();
+    debugger.step();
+    opt.step();
+    opt.zero_grad();
+  }
+}
+
+/// A fresh folder for one test.
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "probe_" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+mp::Config l0_config(const std::string& dump_path, const std::string& task = "statistics") {
+  mp::Config config;
+  config.level = "L0";
+  config.task = task;
+  config.dump_path = dump_path;
+  return config;
+}
+
+}  // namespace
+
+// ---- against msprobe
+
+using Variant = std::tuple<std::string, std::string, std::string>;  // model, task, summary_mode
+
+class ProbeAgainstMsprobe : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(ProbeAgainstMsprobe, CompareMatchesAndPassesEveryRow) {
+  const auto& [model_name, task, summary_mode] = GetParam();
+  const std::string dir = fresh_dir(model_name + "_" + task + "_" + summary_mode);
+  const std::string section =
+      "{\"scope\": [], \"list\": [], \"data_mode\": [\"all\"]" +
+      (task == "statistics" ? ", \"summary_mode\": \"" + summary_mode + "\"" : std::string()) + "}";
+  const std::string text = "{\"task\": \"" + task + "\", \"dump_path\": \"" + dir +
+                           "/python\", \"rank\": [], \"step\": [], \"level\": \"L0\", "
+                           "\"async_dump\": false, \"" +
+                           task + "\": " + section + "}";
+  const std::string config_path = dir + "/config.json";
+  std::ofstream(config_path) << text;
+
+  const auto [golden_status, golden_log] =
+      run(std::string(MODHOOKS_PYTHON) + " " + kOracle + " dump " + kFixtures + " " + model_name +
+          " " + config_path);
+  if (golden_status == 77) GTEST_SKIP() << "msprobe is not installed: " << golden_log;
+  ASSERT_EQ(golden_status, 0) << golden_log;
+
+  mp::Config config = mp::Config::from_file(config_path);
+  config.dump_path = dir + "/cpp";
+  {
+    mp::PrecisionDebugger debugger(config);
+    if (model_name == "mlp") {
+      MLP model;
+      train(model, model_name, debugger);
+    } else {
+      Nested model;
+      train(model, model_name, debugger);
+    }
+  }
+  std::string pairs;
+  for (int step = 0; step < 2; ++step) {
+    pairs += " " + step_folder(dir + "/cpp", step) + "/dump.json " +
+             step_folder(dir + "/python", step) + "/dump.json";
+  }
+  const auto [status, log] =
+      run(std::string(MODHOOKS_PYTHON) + " " + kOracle + " compare " + dir + pairs);
+  if (status == 77) GTEST_SKIP() << "msprobe is not installed: " << log;
+  EXPECT_EQ(status, 0) << log;
+  std::cout << log.substr(log.rfind("== ")) << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    , ProbeAgainstMsprobe,
+    ::testing::Values(Variant{"mlp", "statistics", "statistics"},
+                      Variant{"mlp", "statistics", "md5"}, Variant{"mlp", "tensor", ""},
+                      Variant{"nested", "statistics", "statistics"},
+                      Variant{"nested", "statistics", "md5"}, Variant{"nested", "tensor", ""}),
+    [](const ::testing::TestParamInfo<Variant>& info) {
+      return std::get<0>(info.param) + "_" + std::get<1>(info.param) +
+             (std::get<2>(info.param).empty() ? "" : "_" + std::get<2>(info.param));
+    });
+
+// ---- the format, without msprobe
+
+TEST(ProbeDebugger, NamesAreMsprobes) {
+  const std::string dir = fresh_dir("names");
+  Nested model;
+  {
+    mp::PrecisionDebugger debugger(l0_config(dir));
+    debugger.start(model);
+    modhooks::call(model, torch::randn({2, 3})).sum().backward();
+    debugger.stop();
+    debugger.step();
+  }
+  const std::string folder = step_folder(dir, 0);
+  EXPECT_EQ(fs::path(folder).filename().string().rfind("proc", 0), 0U) << folder;
+  const auto dump = read_json(folder + "/dump.json");
+  std::vector<std::string> names;
+  for (const auto& item : dump["data"].items()) names.push_back(item.key());
+  // What msprobe 26.2.0 wrote for the same model in Python: children before parents, backward
+  // in execution order, a parameter's gradient when its accumulator ran.
+  const std::vector<std::string> expected = {"Module.shared.Linear.forward.0",
+                                             "Module.block.fc.Linear.forward.0",
+                                             "Module.block.act.Tanh.forward.0",
+                                             "Module.block.Block.forward.0",
+                                             "Module.shared.Linear.forward.1",
+                                             "Module.seq.0.Linear.forward.0",
+                                             "Module.seq.1.ReLU.forward.0",
+                                             "Module.seq.Sequential.forward.0",
+                                             "Module.seq.1.ReLU.backward.0",
+                                             "Module.seq.0.Linear.parameters_grad.0",
+                                             "Module.seq.0.Linear.backward.0",
+                                             "Module.seq.Sequential.backward.0",
+                                             "Module.shared.Linear.backward.1",
+                                             "Module.block.act.Tanh.backward.0",
+                                             "Module.block.fc.Linear.parameters_grad.0",
+                                             "Module.block.fc.Linear.backward.0",
+                                             "Module.block.Block.backward.0",
+                                             "Module.shared.Linear.backward.0",
+                                             "Module.shared.Linear.parameters_grad.0"};
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(dump["task"], "statistics");
+  EXPECT_EQ(dump["level"], "L0");
+  EXPECT_EQ(dump["framework"], "pytorch");
+  EXPECT_TRUE(dump["dump_data_dir"].is_null());
+  const auto construct = read_json(folder + "/construct.json");
+  EXPECT_EQ(construct["Module.block.fc.Linear.forward.0"], "Module.block.Block.forward.0");
+  EXPECT_TRUE(construct["Module.shared.Linear.forward.1"].is_null());
+  EXPECT_EQ(construct["Module.seq.0.Linear.backward.0"], "Module.seq.Sequential.backward.0");
+  EXPECT_TRUE(fs::exists(folder + "/stack.json"));
+}
+
+TEST(ProbeDebugger, RecordsKeepMsprobesTraps) {
+  const std::string dir = fresh_dir("traps");
+  MLP model;
+  {
+    mp::Config config = l0_config(dir);
+    config.summary_mode = "md5";
+    mp::PrecisionDebugger debugger(config);
+    debugger.start(model);
+    modhooks::call(model, torch::randn({2, 4})).sum().backward();
+    debugger.stop();
+    debugger.step();
+  }
+  const auto data = read_json(step_folder(dir, 0) + "/dump.json")["data"];
+  const auto& fc1 = data["Module.fc1.Linear.forward.0"];
+  const auto& input = fc1["input_args"][0];
+  std::vector<std::string> keys;
+  for (const auto& item : input.items()) keys.push_back(item.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"type", "dtype", "shape", "Max", "Min", "Mean", "Norm",
+                                            "requires_grad", "md5"}));
+  EXPECT_EQ(input["dtype"], "torch.float32");  // str(dtype), never "Float"
+  EXPECT_EQ(input["requires_grad"], false);    // as the tensor has it
+  EXPECT_EQ(fc1["output"][0]["requires_grad"], true);
+  EXPECT_EQ(fc1["parameters"]["weight"]["requires_grad"], true);
+  EXPECT_EQ(input["md5"].get<std::string>().size(), 8U);
+  // The first module's input needs no gradient: its backward has no "output" records.
+  EXPECT_TRUE(data["Module.fc1.Linear.backward.0"]["output"].empty());
+  EXPECT_EQ(data["Module.fc1.Linear.parameters_grad.0"]["weight"][0]["shape"],
+            (std::vector<int64_t>{8, 4}));
+}
+
+TEST(ProbeDebugger, TensorFilesAreNamedAsMsprobesAndHoldTheTensor) {
+  const std::string dir = fresh_dir("tensor_files");
+  MLP model;
+  const at::Tensor x = torch::randn({2, 4});
+  {
+    mp::PrecisionDebugger debugger(l0_config(dir, "tensor"));
+    debugger.start(model);
+    modhooks::call(model, x).sum().backward();
+    debugger.stop();
+    debugger.step();
+  }
+  const std::string folder = step_folder(dir, 0);
+  const auto dump = read_json(folder + "/dump.json");
+  EXPECT_EQ(dump["dump_data_dir"], folder + "/dump_tensor_data");
+  const auto& fc1 = dump["data"]["Module.fc1.Linear.forward.0"];
+  EXPECT_EQ(fc1["input_args"][0]["data_name"], "Module.fc1.Linear.forward.0.input.0.pt");
+  EXPECT_EQ(fc1["parameters"]["bias"]["data_name"],
+            "Module.fc1.Linear.forward.0.parameters.bias.pt");
+  EXPECT_EQ(dump["data"]["Module.fc1.Linear.parameters_grad.0"]["bias"][0]["data_name"],
+            "Module.fc1.Linear.parameters_grad.0.bias.pt");
+  const c10::IValue saved =
+      modhooks::load_object(folder + "/dump_tensor_data/Module.fc1.Linear.forward.0.input.0.pt");
+  ASSERT_TRUE(saved.isTensor());
+  EXPECT_TRUE(saved.toTensor().equal(x));
+  // Python's torch.load(weights_only=True) reads it, as compare does.
+  const auto [status, log] =
+      run(std::string(MODHOOKS_PYTHON) +
+          " -c \"import torch,sys; t = torch.load(sys.argv[1], "
+          "weights_only=True); assert t.shape == (2, 4), t\" " +
+          folder + "/dump_tensor_data/Module.fc1.Linear.forward.0.input.0.pt");
+  EXPECT_EQ(status, 0) << log;
+}
+
+TEST(ProbeDebugger, DtypesAndNonFiniteValuesAreWrittenAsMsprobeWrites) {
+  const std::string dir = fresh_dir("dtypes");
+  auto seq = modhooks::Sequential(modhooks::nn::Identity());
+  {
+    mp::PrecisionDebugger debugger(l0_config(dir));
+    debugger.start(seq);
+    modhooks::call(seq, torch::tensor({1.0, 2.0}, at::kDouble));
+    modhooks::call(seq, torch::tensor({3, -4}, at::kLong));
+    modhooks::call(seq, torch::tensor({true, false}));
+    modhooks::call(seq, torch::tensor({1.0F, std::nanf("")}));
+    modhooks::call(seq, torch::tensor({1.0F, INFINITY, -INFINITY}));
+    debugger.stop();
+    debugger.step();
+  }
+  const std::string folder = step_folder(dir, 0);
+  const auto data = read_json(folder + "/dump.json")["data"];
+  const auto& f64 = data["Module.0.Identity.forward.0"]["input_args"][0];
+  EXPECT_EQ(f64["dtype"], "torch.float64");
+  EXPECT_EQ(f64["Max"], 2.0);
+  EXPECT_TRUE(f64["Mean"].is_null());
+  const auto& i64 = data["Module.0.Identity.forward.1"]["input_args"][0];
+  EXPECT_EQ(i64["dtype"], "torch.int64");
+  EXPECT_EQ(i64["Min"], -4);
+  EXPECT_TRUE(i64["Norm"].is_null());
+  const auto& b = data["Module.0.Identity.forward.2"]["input_args"][0];
+  EXPECT_EQ(b["dtype"], "torch.bool");
+  EXPECT_EQ(b["Max"], true);
+  EXPECT_EQ(b["Min"], false);
+  const std::string text = read_text(folder + "/dump.json");
+  // Python's tokens, not null: NaN propagates through max, min, mean and norm.
+  EXPECT_NE(text.find("\"Max\": NaN,\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"Max\": Infinity,\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"Min\": -Infinity,\n"), std::string::npos) << text;
+}
+
+TEST(ProbeDebugger, HooksSitWhereMsprobesDoAndStopRemovesThem) {
+  const std::string dir = fresh_dir("placement");
+  MLP model;
+  int user_calls = 0;
+  // A user's forward hook that rescales fc2's output: msprobe dumps what forward returned.
+  auto user = modhooks::register_forward_hook(
+      model->fc2, [&](torch::nn::Module&, const std::vector<c10::IValue>&, const c10::IValue& out) {
+        ++user_calls;
+        return c10::IValue(out.toTensor() * 100);
+      });
+  const at::Tensor x = torch::randn({2, 4});
+  const at::Tensor plain = model->fc2->forward(model->act->forward(model->fc1->forward(x)));
+  {
+    mp::PrecisionDebugger debugger(l0_config(dir));
+    debugger.start(model);
+    const at::Tensor y = modhooks::call(model, x);
+    EXPECT_TRUE(y.allclose(plain * 100));
+    debugger.stop();
+    // After stop: the user's hook alone, and no entries.
+    EXPECT_EQ(modhooks::detail::hooks_for(*model->fc2)->forward.size(), 1U);
+    EXPECT_EQ(modhooks::detail::hooks_for(*model->fc2)->forward_pre.size(), 0U);
+    EXPECT_EQ(modhooks::detail::hooks_for(*model->fc1)->forward.size(), 0U);
+    modhooks::call(model, x).sum().backward();
+    debugger.step();
+  }
+  EXPECT_EQ(user_calls, 2);
+  const auto data = read_json(step_folder(dir, 0) + "/dump.json")["data"];
+  EXPECT_EQ(data.size(), 3U);  // three forward entries, no backward: stop came first
+  EXPECT_FLOAT_EQ(data["Module.fc2.Linear.forward.0"]["output"][0]["Max"].get<float>(),
+                  plain.max().item<float>());
+}
+
+TEST(ProbeDebugger, AStartAfterStopGoesOnCounting) {
+  const std::string dir = fresh_dir("restart");
+  MLP model;
+  {
+    mp::PrecisionDebugger debugger(l0_config(dir));
+    for (int i = 0; i < 2; ++i) {
+      debugger.start(model);
+      modhooks::call(model, torch::randn({2, 4}));
+      debugger.stop();
+    }
+    debugger.step();
+  }
+  const auto data = read_json(step_folder(dir, 0) + "/dump.json")["data"];
+  EXPECT_TRUE(data.contains("Module.fc1.Linear.forward.1"));
+}
+
+TEST(ProbeDebugger, StepsAndListFilterAsMsprobes) {
+  const std::string dir = fresh_dir("filters");
+  MLP model;
+  {
+    mp::Config config = l0_config(dir);
+    config.step = {1};
+    config.list = {"fc2"};
+    mp::PrecisionDebugger debugger(config);
+    for (int step = 0; step < 2; ++step) {
+      debugger.start(model);
+      modhooks::call(model, torch::randn({2, 4}));
+      debugger.stop();
+      debugger.step();
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir + "/step0"));
+  const auto data = read_json(step_folder(dir, 1) + "/dump.json")["data"];
+  ASSERT_EQ(data.size(), 1U);
+  EXPECT_TRUE(data.contains("Module.fc2.Linear.forward.0"));
+}
+
+TEST(ProbeDebugger, AnUnwritableDumpPathFailsStart) {
+  MLP model;
+  mp::PrecisionDebugger debugger(l0_config("/proc/modhooks-probe"));
+  try {
+    debugger.start(model);
+    FAIL() << "no error";
+  } catch (const modhooks::RuntimeError& e) {
+    EXPECT_STREQ(e.id(), "probe.dump.unwritable");
+  }
+}
+
+TEST(ProbeDebugger, OneDebuggerAtATime) {
+  mp::PrecisionDebugger first(l0_config(fresh_dir("one")));
+  EXPECT_THROW(mp::PrecisionDebugger second(l0_config(fresh_dir("two"))), modhooks::RuntimeError);
+}
+
+TEST(ProbeDebugger, AConfigIsCheckedBeforeAnythingRuns) {
+  mp::Config config;  // level L1
+  EXPECT_THROW(mp::PrecisionDebugger debugger(config), modhooks::ValueError);
+}

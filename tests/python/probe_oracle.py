@@ -1,0 +1,167 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""msprobe as the oracle of modhooks::probe (tests/probe_test.cpp).
+
+    probe_oracle.py models OUT            weights and inputs of the test models, as torch.save files
+    probe_oracle.py dump OUT MODEL CONFIG  msprobe's own dump of MODEL's two training steps
+    probe_oracle.py compare OUT TARGET GOLDEN [TARGET GOLDEN ...]
+                                           msprobe's compare of each pair of dump.json files;
+                                           prints one line a row and fails on a row compare could
+                                           not match or did not pass (compare itself passes those
+                                           silently), or whose CRC, dtype, shape or
+                                           requires_grad differ
+
+Exit status 77 where msprobe is not installed (the C++ test skips, saying so).
+"""
+import glob
+import json
+import os
+import pathlib
+import sys
+
+import torch
+from torch import nn
+
+SKIP = 77
+STEPS = 2
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.act = nn.Tanh()
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+class Nested(nn.Module):
+    """A module called twice (`shared`), a user's class (`Block`) and a Sequential."""
+
+    def __init__(self):
+        super().__init__()
+        self.shared = nn.Linear(3, 3)
+        self.block = Block()
+        self.seq = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+
+    def forward(self, x):
+        return self.seq(self.shared(self.block(self.shared(x))))
+
+
+MODELS = {"mlp": (MLP, 4), "nested": (Nested, 3)}
+
+
+def write_models(out):
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (cls, width) in MODELS.items():
+        torch.manual_seed(0)
+        model = cls()
+        torch.save(model.state_dict(), out / f"{name}.pt")
+        inputs = {f"x{step}": torch.randn(5, width) for step in range(STEPS)}
+        torch.save(inputs, out / f"{name}_inputs.pt")
+
+
+def train(model, inputs, debugger):
+    """Two steps of SGD; the optimizer steps after debugger.step() (msprobe's md5 trap)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(STEPS):
+        debugger.start(model)
+        loss = model(inputs[f"x{step}"]).pow(2).mean()
+        loss.backward()
+        debugger.stop()
+        debugger.step()
+        opt.step()
+        opt.zero_grad()
+
+
+def dump(out, model_name, config_path):
+    try:
+        from msprobe.pytorch import PrecisionDebugger
+    except ImportError:
+        print("msprobe (mindstudio-probe) is not installed")
+        return SKIP
+    out = pathlib.Path(out)
+    cls, _ = MODELS[model_name]
+    model = cls()
+    model.load_state_dict(torch.load(out / f"{model_name}.pt", weights_only=True))
+    inputs = torch.load(out / f"{model_name}_inputs.pt", weights_only=True)
+    config = json.loads(pathlib.Path(config_path).read_text())
+    debugger = PrecisionDebugger(config_path=str(config_path), dump_path=config["dump_path"])
+    train(model, inputs, debugger)
+    return 0
+
+
+def compare(outdir, pairs):
+    """msprobe's compare (`msprobe compare -tp TARGET -gp GOLDEN -o OUT` runs the same function),
+    in this one process for every pair: importing msprobe once keeps the test short."""
+    try:
+        import pandas
+        from msprobe.pytorch.compare.pt_compare import pt_compare
+    except ImportError:
+        print("msprobe (mindstudio-probe) is not installed")
+        return SKIP
+    bad = 0
+    for n, (target, golden) in enumerate(pairs):
+        out = os.path.join(outdir, f"compare{n}")
+        os.makedirs(out, exist_ok=True)
+        for old in glob.glob(os.path.join(out, "compare_result_*")):
+            os.remove(old)
+        pt_compare({"npu_path": target, "bench_path": golden, "is_print_compare_log": False}, out)
+        results = glob.glob(os.path.join(out, "compare_result_*.csv"))
+        if len(results) != 1:
+            print(f"compare of {target} wrote no csv")
+            bad += 1
+            continue
+        print(f"== {target} against {golden}")
+        bad += check(pandas.read_csv(results[0], keep_default_na=False, dtype=str))
+    return 1 if bad else 0
+
+
+def check(table):
+    """Prints the table's rows; counts those compare could not match or did not pass."""
+    bad = 0
+    for _, row in table.iterrows():
+        verdict = row["Result"]
+        line = f"{row['NPU Name']} | {row['Bench Name']} | {verdict}"
+        if "NPU MD5" in table.columns:
+            line += f" | {row['NPU MD5']} {row['BENCH MD5']}"
+            if row["NPU MD5"] != row["BENCH MD5"]:
+                verdict = "crc differs"
+        elif "Cosine" in table.columns:
+            line += f" | cosine {row['Cosine']}"
+            try:
+                float(row["Cosine"])
+            except ValueError:
+                verdict = "no cosine"
+        for column in ("Dtype", "Tensor Shape", "Requires_grad"):
+            if row[f"NPU {column}"] != row[f"Bench {column}"]:
+                verdict = f"{column} differs"
+        if row["Bench Name"] == "N/A" or verdict != "pass":
+            line += f"  <-- {verdict}"
+            bad += 1
+        print(line)
+    print(f"{len(table)} rows, {bad} not matched or not pass")
+    return bad + (1 if len(table) == 0 else 0)
+
+
+if __name__ == "__main__":
+    command = sys.argv[1]
+    if command == "models":
+        sys.exit(write_models(sys.argv[2]) or 0)
+    if command == "dump":
+        sys.exit(dump(sys.argv[2], sys.argv[3], sys.argv[4]))
+    if command == "compare":
+        sys.exit(compare(sys.argv[2], list(zip(sys.argv[3::2], sys.argv[4::2]))))
+    sys.exit(f"unknown command {command}")
