@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <iterator>
+#include <mutex>
 #include <sstream>
 
 #include "clone.h"
@@ -97,6 +98,7 @@ namespace {
 
 std::atomic<int> cached_scopes{0};
 std::atomic<std::uint64_t> cached_scope_number{1};
+std::mutex cached_scopes_mutex;  // orders the scopes' beginnings and ends
 
 /// A module whose forwards this thread holds apart (see `Utilities`): `owner` where this entry
 /// took `utilities->forwards`, not where a call of the module nested in its own forward found it
@@ -183,14 +185,18 @@ std::uint64_t cached_scope() noexcept {
              : 0;
 }
 
-void enter_cached_scope() noexcept { cached_scopes.fetch_add(1, std::memory_order_acq_rel); }
+void enter_cached_scope() noexcept {
+  const std::lock_guard<std::mutex> lock(cached_scopes_mutex);
+  cached_scopes.fetch_add(1, std::memory_order_acq_rel);
+}
 
 void leave_cached_scope() noexcept {
-  // The next scope gets a number of its own: no value of this one is taken as that scope's.
-  if (cached_scopes.load(std::memory_order_acquire) == 1) {
+  const std::lock_guard<std::mutex> lock(cached_scopes_mutex);
+  // The last scope ends: the next one gets a number of its own, so that no value of this one is
+  // taken as that one's. Under the mutex, no scope begins between the two.
+  if (cached_scopes.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     cached_scope_number.fetch_add(1, std::memory_order_acq_rel);
   }
-  cached_scopes.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 bool Applied::cacheable(torch::nn::Module& module) const {
