@@ -57,10 +57,8 @@ void set_data(const at::Tensor& dest, const at::Tensor& src) {
 /// A parametrized tensor of a module: its attribute is `parametrizations.<name>()`.
 struct Parametrized final : Applied {
   Parametrized(std::string tensor_name, utils::detail::Member where,
-               std::shared_ptr<ParametrizationListImpl> parametrizations, bool parameter)
-      : Applied(std::move(tensor_name), where),
-        list_(std::move(parametrizations)),
-        was_parameter(parameter) {}
+               const std::shared_ptr<ParametrizationListImpl>& parametrizations, bool parameter)
+      : Applied(std::move(tensor_name), where), list_(parametrizations), was_parameter(parameter) {}
   at::Tensor compute(torch::nn::Module&) override { return list()->forward(); }
   /// Python's `parametrize.cached()` keeps a parametrized tensor in every mode.
   bool cacheable(torch::nn::Module&) const override { return true; }
