@@ -4,6 +4,7 @@
 // inputs, and msprobe's compare must match every row of the C++ dump and pass it.
 #include <gtest/gtest.h>
 #include <torch/optim/sgd.h>
+#include <torch/version.h>
 
 #include <sys/wait.h>
 #include <cmath>
@@ -181,8 +182,9 @@ TEST_P(ProbeAgainstMsprobe, CompareMatchesAndPassesEveryRow) {
     pairs += " " + step_folder(dir + "/cpp", step) + "/dump.json " +
              step_folder(dir + "/python", step) + "/dump.json";
   }
-  const auto [status, log] =
-      run(std::string(MODHOOKS_PYTHON) + " " + kOracle + " compare " + dir + pairs);
+  const auto [status, log] = run(std::string(MODHOOKS_PYTHON) + " " + kOracle + " compare " +
+                                 std::to_string(TORCH_VERSION_MAJOR) + "." +
+                                 std::to_string(TORCH_VERSION_MINOR) + " " + dir + pairs);
   if (status == 77) GTEST_SKIP() << "msprobe is not installed: " << log;
   EXPECT_EQ(status, 0) << log;
   std::cout << log.substr(log.rfind("== ")) << "\n";
