@@ -13,6 +13,7 @@
 
 #include "modhooks/checkpoint/object.h"
 #include "modhooks/core/error.h"
+#include "modhooks/state/detail/texts.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace probe {
@@ -67,44 +68,11 @@ std::string crc32_hex(const at::Tensor& host) {
 
 }  // namespace
 
-std::string python_dtype(c10::ScalarType type) {
-  switch (type) {
-    case at::kFloat:
-      return "torch.float32";
-    case at::kDouble:
-      return "torch.float64";
-    case at::kHalf:
-      return "torch.float16";
-    case at::kBFloat16:
-      return "torch.bfloat16";
-    case at::kLong:
-      return "torch.int64";
-    case at::kInt:
-      return "torch.int32";
-    case at::kShort:
-      return "torch.int16";
-    case at::kChar:
-      return "torch.int8";
-    case at::kByte:
-      return "torch.uint8";
-    case at::kBool:
-      return "torch.bool";
-    case at::kComplexFloat:
-      return "torch.complex64";
-    case at::kComplexDouble:
-      return "torch.complex128";
-    case at::kComplexHalf:
-      return "torch.complex32";
-    default:
-      return std::string("torch.") + c10::toString(type);
-  }
-}
-
 Json RecordMaker::tensor(const at::Tensor& tensor, const std::string& data_name) const {
   const at::NoGradGuard no_grad;
   Json record;
   record["type"] = "torch.Tensor";
-  record["dtype"] = python_dtype(tensor.scalar_type());
+  record["dtype"] = modhooks::detail::python_dtype(tensor.scalar_type());
   record["shape"] = tensor.sizes().vec();
   add_statistics(tensor, record);
   record["requires_grad"] = tensor.requires_grad();

@@ -16,9 +16,6 @@ MODHOOKS_BEGIN_NAMESPACE
 namespace probe {
 namespace detail {
 
-/// Python's `str(dtype)`: "torch.float32". compare matches dtypes by this spelling.
-std::string python_dtype(c10::ScalarType type);
-
 /// How records are made: which extras a tensor's record carries, and where tensor files go.
 struct RecordMaker {
   bool md5 = false;    // a "md5" key (msprobe's CRC-32) after "requires_grad"

@@ -13,40 +13,9 @@ namespace nn::utils::parametrize {
 namespace {
 
 using modhooks::detail::fail;
+using modhooks::detail::python_dtype;
 using modhooks::detail::torch_size;
 using utils::detail::Applied;
-
-/// Python's `torch.float32`.
-std::string dtype_text(const at::Tensor& tensor) {
-  switch (tensor.scalar_type()) {
-    case at::kFloat:
-      return "torch.float32";
-    case at::kDouble:
-      return "torch.float64";
-    case at::kHalf:
-      return "torch.float16";
-    case at::kBFloat16:
-      return "torch.bfloat16";
-    case at::kLong:
-      return "torch.int64";
-    case at::kInt:
-      return "torch.int32";
-    case at::kShort:
-      return "torch.int16";
-    case at::kChar:
-      return "torch.int8";
-    case at::kByte:
-      return "torch.uint8";
-    case at::kBool:
-      return "torch.bool";
-    case at::kComplexFloat:
-      return "torch.complex64";
-    case at::kComplexDouble:
-      return "torch.complex128";
-    default:
-      return std::string("torch.") + c10::toString(tensor.scalar_type());
-  }
-}
 
 /// Python's `_maybe_set(dest, src)` (without tensor swapping): `dest.set_(src)` under no_grad.
 void set_data(const at::Tensor& dest, const at::Tensor& src) {
@@ -109,8 +78,8 @@ ParametrizationListImpl::ParametrizationListImpl(Parametrization first, const at
       fail<ValueError>("nn.utils.parametrize.dtype",
                        "When `right_inverse` outputs one tensor, it may not change the dtype.\n"
                        "original.dtype: " +
-                           dtype_text(original) +
-                           "\nright_inverse(original).dtype: " + dtype_text(value));
+                           python_dtype(original.scalar_type()) +
+                           "\nright_inverse(original).dtype: " + python_dtype(value.scalar_type()));
     }
     if (value.device() != original.device()) {
       fail<ValueError>("nn.utils.parametrize.device",
@@ -189,10 +158,10 @@ void ParametrizationListImpl::right_inverse(const at::Tensor& value) {
       const std::string which =
           is_tensor_ ? "The tensor returned by `right_inverse` has dtype "
                      : "Tensor " + std::to_string(i) + " returned by `right_inverse` has dtype ";
-      fail<ValueError>("nn.utils.parametrize.dtype", which + dtype_text(values[i]) +
-                                                         " while `original" +
-                                                         (is_tensor_ ? "" : std::to_string(i)) +
-                                                         "` has dtype " + dtype_text(targets[i]));
+      fail<ValueError>("nn.utils.parametrize.dtype",
+                       which + python_dtype(values[i].scalar_type()) + " while `original" +
+                           (is_tensor_ ? "" : std::to_string(i)) + "` has dtype " +
+                           python_dtype(targets[i].scalar_type()));
     }
   }
   for (std::size_t i = 0; i < targets.size(); ++i) set_data(targets[i], values[i]);
@@ -216,8 +185,9 @@ void check_stacked(const std::string& name, const Parametrization& parametrizati
     fail<ValueError>("nn.utils.parametrize.dtype",
                      "Registering a parametrization may not change the dtype of the tensor, "
                      "unless the `unsafe` flag is enabled.\nmodule." +
-                         name + ".dtype: " + dtype_text(y) + "\nparametrization(module." + name +
-                         ").dtype: " + dtype_text(x));
+                         name + ".dtype: " + python_dtype(y.scalar_type()) +
+                         "\nparametrization(module." + name +
+                         ").dtype: " + python_dtype(x.scalar_type()));
   }
   if (!x.sizes().equals(y.sizes())) {
     fail<ValueError>("nn.utils.parametrize.shape",
@@ -237,7 +207,8 @@ void check_stacked(const std::string& name, const Parametrization& parametrizati
                        "The tensor returned by parametrization.right_inverse must have the "
                        "same dtype as module." +
                            name + ", unless the `unsafe` flag is enabled.\nmodule." + name +
-                           ".dtype: " + dtype_text(y) + "\nreturned dtype: " + dtype_text(z[0]));
+                           ".dtype: " + python_dtype(y.scalar_type()) +
+                           "\nreturned dtype: " + python_dtype(z[0].scalar_type()));
     }
     if (!z[0].sizes().equals(y.sizes())) {
       fail<ValueError>("nn.utils.parametrize.shape",
@@ -307,7 +278,8 @@ void register_parametrization(torch::nn::Module& module, const std::string& name
         fail<ValueError>("nn.utils.parametrize.dtype",
                          "Registering a parametrization may not change the dtype of the tensor, "
                          "unless `unsafe` flag is enabled.\nunparametrized dtype: " +
-                             dtype_text(original) + "\nparametrized dtype: " + dtype_text(first));
+                             python_dtype(original.scalar_type()) +
+                             "\nparametrized dtype: " + python_dtype(first.scalar_type()));
       }
       if (!first.sizes().equals(original.sizes())) {
         fail<ValueError>("nn.utils.parametrize.shape",
