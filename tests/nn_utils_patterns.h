@@ -56,10 +56,20 @@ inline Built build(const std::string& kind) {
   if (kind == "conv2d") return built(tn::Conv2d(tn::Conv2dOptions(2, 4, 3)));
   if (kind == "convt2d") return built(tn::ConvTranspose2d(tn::ConvTranspose2dOptions(3, 2, 3)));
   if (kind == "embedding") return built(tn::Embedding(6, 4));
-  if (kind == "lstm") {
+  if (kind == "lstm" || kind == "lstm2") {
+    tn::LSTM lstm(tn::LSTMOptions(3, 4));
+    std::vector<Target> targets{{lstm.ptr(), "weight_hh_l0"}};
+    if (kind == "lstm2") targets.insert(targets.begin(), {lstm.ptr(), "weight_ih_l0"});
+    return {lstm.ptr(),
+            [lstm](const at::Tensor& x) { return std::get<0>(modhooks::call(lstm, x)); }, targets};
+  }
+  if (kind == "lstm_cached") {
     tn::LSTM lstm(tn::LSTMOptions(3, 4));
     return {lstm.ptr(),
-            [lstm](const at::Tensor& x) { return std::get<0>(modhooks::call(lstm, x)); },
+            [lstm](const at::Tensor& x) {
+              const modhooks::nn::utils::parametrize::Cached cached;
+              return std::get<0>(modhooks::call(lstm, x));
+            },
             {{lstm.ptr(), "weight_hh_l0"}}};
   }
   if (kind == "disc_conv" || kind == "disc_linear") {
@@ -81,7 +91,14 @@ inline Built build(const std::string& kind) {
 inline void apply_utility(const Built& b, const std::string& utility) {
   torch::manual_seed(1);
   for (const auto& [module, name] : b.targets) {
-    if (utility == "wn") {
+    // "mixed": the hook form weight_norm on the first target, a parametrization on the others.
+    if (utility == "mixed") {
+      if (&module == &b.targets.front().first) {
+        nu::weight_norm(module, name);
+      } else {
+        nu::parametrizations::spectral_norm(module, name);
+      }
+    } else if (utility == "wn") {
       nu::weight_norm(module, name);
     } else if (utility == "sn") {
       nu::spectral_norm(module, name);

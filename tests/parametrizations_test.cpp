@@ -107,4 +107,6 @@ TEST(TestNNParametrization, Differential) {
 }  // namespace
 
 // Python's numbers in the patterns people train with (tests/nn_utils_patterns.h).
-TEST(TestNNParametrization, InTrainingPatterns) { nn_utils_patterns::replay_all({"pwn", "psn"}); }
+TEST(TestNNParametrization, InTrainingPatterns) {
+  nn_utils_patterns::replay_all({"pwn", "psn", "mixed"});
+}

@@ -8,11 +8,11 @@ to replay in C++ (float64 throughout, so that the two agree to rounding). Writes
   twice: "eval_again" must be the same);
 - patterns.json: per scenario its procedure, module and utilities, which C++ reads.
 
-An RNN runs each forward here inside parametrize.cached(), as PyTorch's documentation advises
-for RNNs: without it, Python's parametrizations run 4 times per forward on an RNN (RNNBase's
-_update_flat_weights reads each flat weight through hasattr and getattr, twice), and
-parametrizations.spectral_norm takes 4 power-iteration steps where it means one. modhooks
-computes a parametrized tensor once per forward.
+An RNN runs as Python runs it: RNNBase's _update_flat_weights reads a parametrized flat weight
+up to 4 times per forward, each read computing it (spectral_norm steps its power iteration at
+each), which C++ replays; "lstm_cached" runs each forward inside parametrize.cached(), once.
+"lstm2" has utilities on both weights of its layer: "mixed" puts the hook form weight_norm on
+the first and parametrizations.spectral_norm on the second.
 
 The procedures:
 - "twice": the module runs on two inputs before one backward (the SN-GAN discriminator step,
@@ -64,7 +64,7 @@ def build(kind):
     if kind == "embedding":
         return nn.Embedding(6, 4), [torch.tensor([[0, 2, 5], [1, 1, 4]]),
                                     torch.tensor([[3, 2, 0], [5, 5, 1]])]
-    if kind == "lstm":
+    if kind in ("lstm", "lstm_cached", "lstm2"):
         return nn.LSTM(3, 4), [torch.randn(5, 2, 3), torch.randn(5, 2, 3)]
     if kind == "disc_conv":  # an SN-GAN discriminator
         return (nn.Sequential(nn.Conv2d(3, 4, 3), nn.LeakyReLU(0.2), nn.Conv2d(4, 3, 3)),
@@ -76,11 +76,13 @@ def build(kind):
 
 
 def tensor_name(kind):
-    return "weight_hh_l0" if kind == "lstm" else "weight"
+    return "weight_hh_l0" if kind.startswith("lstm") else "weight"
 
 
 def targets(module, kind):
     """The (module, tensor name) pairs a utility goes on: each layer with weights."""
+    if kind == "lstm2":
+        return [(module, "weight_ih_l0"), (module, "weight_hh_l0")]
     if kind.startswith("disc_"):
         return [(module[0], "weight"), (module[2], "weight")]
     return [(module, tensor_name(kind))]
@@ -102,6 +104,9 @@ def scenarios():
     for kind in ["linear", "conv1d", "conv2d", "convt2d", "embedding", "lstm"]:
         for utility in ["wn", "sn", "pwn", "psn", "prune"]:
             out[f"twice_{utility}_{kind}"] = ("twice", kind, utility)
+    for utility in ["psn", "pwn", "mixed"]:
+        out[f"twice_{utility}_lstm2"] = ("twice", "lstm2", utility)
+    out["twice_psn_lstm_cached"] = ("twice", "lstm_cached", "psn")
     for kind in ["disc_conv", "disc_linear"]:
         for utility in ["sn", "psn"]:
             out[f"sngan_{utility}_{kind}"] = ("twice", kind, utility)
@@ -120,16 +125,21 @@ def scenarios():
 
 
 def output(module, kind, x):
-    if kind == "lstm":
+    if kind == "lstm_cached":
         with parametrize.cached():
             return module(x)[0]
+    if kind.startswith("lstm"):
+        return module(x)[0]
     return module(x)
 
 
 def apply(module, kind, utility):
     torch.manual_seed(1)
-    for m, n in targets(module, kind):
-        UTILITIES[utility](m, n)
+    for i, (m, n) in enumerate(targets(module, kind)):
+        if utility == "mixed":
+            UTILITIES["wn" if i == 0 else "psn"](m, n)
+        else:
+            UTILITIES[utility](m, n)
 
 
 def run(name, procedure, kind, utility):

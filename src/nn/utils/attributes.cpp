@@ -234,6 +234,9 @@ void Applied::before_forward(torch::nn::Module& module) {
     scope_.store(scope, std::memory_order_release);
     return;
   }
+  // Each read before the last one computes too, as in Python: a parametrization with state
+  // (spectral norm's power iteration) steps at each.
+  for (int read = reads_per_forward(module); read > 1; --read) (void)compute(module);
   assign(compute(module));
 }
 

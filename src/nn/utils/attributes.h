@@ -51,6 +51,8 @@ class Member {
   explicit Member(at::Tensor* tensor) : tensor_(tensor) {}
   Member(std::vector<at::Tensor>* list, std::size_t index) : list_(list), index_(index) {}
   explicit operator bool() const noexcept { return tensor_ != nullptr || list_ != nullptr; }
+  /// Whether it is an entry of an RNN's flat weights.
+  bool in_flat_weights() const noexcept { return list_ != nullptr; }
   /// The member itself (Python's plain attribute `module.<name>`).
   at::Tensor& get() const;
 
@@ -59,6 +61,10 @@ class Member {
   std::vector<at::Tensor>* list_ = nullptr;
   std::size_t index_ = 0;
 };
+
+/// The names of an RNN's flat weights in their order (Python's `_flat_weights_names`); empty
+/// where `module` is none of libtorch's RNNs.
+std::vector<std::string> flat_weight_names(torch::nn::Module& module);
 
 /// The member `module`'s forward reads as `name`: one given to `declare_member`, else one of
 /// libtorch's layers' members; empty where there is none.
@@ -87,6 +93,9 @@ struct Applied {
   /// forward without grad in eval mode (serving), where no power iteration steps and no graph
   /// is shared between forwards.
   virtual bool cacheable(torch::nn::Module& module) const;
+  /// How many times Python computes the tensor in a forward outside `parametrize.cached()`:
+  /// once for the hook forms, which compute in their forward pre-hook.
+  virtual int reads_per_forward(torch::nn::Module& /*module*/) const { return 1; }
 
   /// The tensors the utility registered beside `name` (weight norm's `weight_g` and
   /// `weight_v`), with what each is; a parametrization's live in `parametrizations`.
@@ -100,7 +109,8 @@ struct Applied {
 
   /// Python's `setattr(module, name, value)`: the member holds `value` from now on.
   void assign(const at::Tensor& value);
-  /// What runs before each forward: the member gets a newly computed tensor, as in Python, or,
+  /// What runs before each forward: the member gets a newly computed tensor, as in Python
+  /// (computed `reads_per_forward` times, the last one kept), or,
   /// inside a `Cached` scope, the value computed once in that scope. The module's forwards are
   /// serialised around it (see `Utilities`), so no forward reads the member while it is written.
   void before_forward(torch::nn::Module& module);

@@ -88,9 +88,11 @@ const auto attention = [](auto* tag) {
 };
 
 /// An RNN's forward reads `flat_weights_` (Python's `_flat_weights`, which its `__setattr__`
-/// keeps in step with the attributes): protected, so reached through a class derived from it.
+/// keeps in step with the attributes), named by `flat_weights_names_`: protected, so reached
+/// through a class derived from it. Null where `module` is not an `Impl`.
 template <class Impl>
-Member flat_weight(torch::nn::Module& module, const std::string& name) {
+std::pair<std::vector<at::Tensor>*, const std::vector<std::string>*> flat_weights_of(
+    torch::nn::Module& module) {
   using Base = tn::detail::RNNImplBase<Impl>;
   struct Access : Base {
     static std::vector<at::Tensor>& weights(Base& rnn) { return rnn.*(&Access::flat_weights_); }
@@ -99,12 +101,17 @@ Member flat_weight(torch::nn::Module& module, const std::string& name) {
     }
   };
   auto* rnn = dynamic_cast<Base*>(&module);
-  if (rnn == nullptr) return {};
-  const std::vector<std::string>& names = Access::names(*rnn);
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == name) return Member(&Access::weights(*rnn), i);
-  }
-  return {};
+  if (rnn == nullptr) return {nullptr, nullptr};
+  return {&Access::weights(*rnn), &Access::names(*rnn)};
+}
+
+/// `flat_weights_of` for whichever of libtorch's RNNs `module` is.
+std::pair<std::vector<at::Tensor>*, const std::vector<std::string>*> rnn_flat_weights(
+    torch::nn::Module& module) {
+  auto found = flat_weights_of<tn::RNNImpl>(module);
+  if (found.first == nullptr) found = flat_weights_of<tn::LSTMImpl>(module);
+  if (found.first == nullptr) found = flat_weights_of<tn::GRUImpl>(module);
+  return found;
 }
 
 /// The members libtorch's layers read in their forward.
@@ -130,9 +137,12 @@ Member layer_member(torch::nn::Module& module, const std::string& name) {
     found = field_of_any<tn::MultiheadAttentionImpl>(module, name, attention);
   }
   if (found != nullptr) return Member(found);
-  if (Member rnn = flat_weight<tn::RNNImpl>(module, name)) return rnn;
-  if (Member rnn = flat_weight<tn::LSTMImpl>(module, name)) return rnn;
-  return flat_weight<tn::GRUImpl>(module, name);
+  const auto [weights, names] = rnn_flat_weights(module);
+  if (weights == nullptr) return {};
+  for (std::size_t i = 0; i < names->size(); ++i) {
+    if ((*names)[i] == name) return Member(weights, i);
+  }
+  return {};
 }
 
 std::string class_name(const torch::nn::Module& module) {
@@ -149,6 +159,11 @@ at::Tensor& Member::get() const {
                                          "utility computes");
   }
   return (*list_)[index_];
+}
+
+std::vector<std::string> flat_weight_names(torch::nn::Module& module) {
+  const auto [weights, names] = rnn_flat_weights(module);
+  return names == nullptr ? std::vector<std::string>{} : *names;
 }
 
 Member find_member(torch::nn::Module& module, const std::string& name) {

@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/container/moduledict.h>
 
+#include <algorithm>
+
 #include "attributes.h"
 #include "modhooks/state/detail/texts.h"
 
@@ -31,6 +33,7 @@ struct Parametrized final : Applied {
   at::Tensor compute(torch::nn::Module&) override { return list()->forward(); }
   /// Python's `parametrize.cached()` keeps a parametrized tensor in every mode.
   bool cacheable(torch::nn::Module&) const override { return true; }
+  int reads_per_forward(torch::nn::Module& module) const override;
   /// The originals live in `parametrizations.<name>`, a child of the module.
   std::vector<std::pair<std::string, utils::detail::Attribute>> added() const override {
     return {};
@@ -55,6 +58,25 @@ struct Parametrized final : Applied {
   std::weak_ptr<ParametrizationListImpl> list_;
   bool was_parameter;  // `name` was a parameter (not a buffer) before it was parametrized
 };
+
+/// Python's `RNNBase` reads its flat weights at each forward (`_update_flat_weights`), and each
+/// read of a parametrized tensor computes it: `_weights_have_changed` reads the flat weights in
+/// order, through `hasattr` and `getattr`, up to the first that is another tensor than last time
+/// (a parametrized one always is, as is one a hook form set), then `_init_flat_weights` reads each
+/// of them twice. So the first changed flat weight, where it is parametrized, is computed four
+/// times, every other parametrized one twice.
+int Parametrized::reads_per_forward(torch::nn::Module& module) const {
+  if (!member.in_flat_weights()) return 1;
+  const auto utilities = utils::detail::find_utilities(module);
+  if (!utilities) return 1;
+  for (const std::string& flat : utils::detail::flat_weight_names(module)) {
+    const auto applied = std::find_if(utilities->applied.begin(), utilities->applied.end(),
+                                      [&](const auto& each) { return each->name == flat; });
+    if (applied == utilities->applied.end()) continue;  // the same tensor as last time
+    return applied->get() == this ? 4 : 2;
+  }
+  return 2;
+}
 
 std::string class_name(const torch::nn::Module& module) {
   return modhooks::detail::python_class_name(module);
