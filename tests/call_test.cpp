@@ -615,6 +615,38 @@ TEST(CallSnapshots, CallsOnSeveralThreadsWhileAnotherThreadRegistersAndRemovesHo
   EXPECT_EQ(transient.load(), after);  // the editor's last hooks are gone
 }
 
+TEST(Call, AHookThatDropsTheModulesLastOwnerLeavesItAliveUntilTheCallReturns) {
+  // Python's `_call_impl` holds `self`: a pre-hook that drops the last owner (here the holder the
+  // caller named) must leave forward and the forward hooks on a live module, which dies when the
+  // call returns. Each spelling `call` takes: a holder, a shared_ptr, the module by reference.
+  const at::Tensor x = at::randn({2, 4});
+  for (const char* spelling : {"holder", "shared_ptr", "reference"}) {
+    SCOPED_TRACE(spelling);
+    auto owner = std::make_unique<torch::nn::Linear>(4, 3);
+    const std::weak_ptr<torch::nn::Module> watch = owner->ptr();
+    const at::Tensor expected = (*owner)->forward(x);
+    bool alive_in_forward_hook = false;
+    ScopedHandle drop(modhooks::register_forward_pre_hook(
+        *owner, [&](torch::nn::Module&, const IValues&) { owner.reset(); }));
+    ScopedHandle look(modhooks::register_forward_hook(
+        *owner, [&](torch::nn::Module&, const IValues&, const c10::IValue&) {
+          alive_in_forward_hook = !watch.expired();
+        }));
+    at::Tensor y;
+    const std::string which = spelling;
+    if (which == "holder") {
+      y = modhooks::call(*owner, x);
+    } else if (which == "shared_ptr") {
+      y = modhooks::call(owner->ptr(), x);
+    } else {
+      y = modhooks::call(**owner, x);
+    }
+    EXPECT_TRUE(alive_in_forward_hook);
+    EXPECT_TRUE(watch.expired());  // it died when the call returned
+    EXPECT_TRUE(y.equal(expected));
+  }
+}
+
 TEST(CallSnapshots, AModuleBuiltWhereAHookedOneDiedRunsNoneOfItsHooks) {
   // Another module keeps hooks registered, so calls leave the fast path; a module built at a
   // dead one's address must not be served the dead one's snapshots. Both are built in one piece

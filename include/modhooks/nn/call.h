@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -204,6 +205,29 @@ C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
   return run_hooked(dispatch, cached->shown_args, module, std::forward<Args>(args)...);
 }
 
+/// What keeps the module a caller named alive for its call, as Python's `_call_impl` holds
+/// `self`: a hook may drop the module's last owner, and the module dies when the call returns.
+/// The owner the caller named (a holder, a `std::shared_ptr`) costs a reference count; a module
+/// named by reference is found through `shared_from_this` (none where no `std::shared_ptr` owns
+/// it: a module on the stack, which no hook can drop).
+template <class T>
+MODHOOKS_ALWAYS_INLINE inline const std::shared_ptr<T>& owner_of(
+    const torch::nn::ModuleHolder<T>& module) noexcept {
+  return module.ptr();
+}
+template <class T>
+MODHOOKS_ALWAYS_INLINE inline const std::shared_ptr<T>& owner_of(
+    const std::shared_ptr<T>& module) noexcept {
+  return module;
+}
+MODHOOKS_COLD inline std::shared_ptr<torch::nn::Module> owner_of(torch::nn::Module& module) {
+  try {
+    return module.shared_from_this();
+  } catch (const std::bad_weak_ptr&) {
+    return nullptr;
+  }
+}
+
 }  // namespace detail
 
 /// \addtogroup api_nn
@@ -239,6 +263,7 @@ auto call(M&& module, Args&&... args)
       detail::global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0) {
     return impl.forward(std::forward<Args>(args)...);
   }
+  const auto alive = detail::owner_of(module);  // a copy: the caller's owner may be dropped
   return detail::call_with_hooks(impl, std::forward<Args>(args)...);
 }
 
