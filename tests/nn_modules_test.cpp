@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -102,6 +103,26 @@ struct Counter {
   std::size_t arity = 0;
   std::vector<ScopedHandle> handles;
 };
+
+TEST(NnModules, AHookThatDropsTheHoldersModuleLeavesItAliveUntilTheCallReturns) {
+  // The holder calls through its owner, which the call holds (Python's `self`), so a pre-hook
+  // that destroys the holder leaves forward and the forward hooks on a live module.
+  auto owner = std::make_unique<modhooks::nn::Linear>(4, 3);
+  const std::weak_ptr<torch::nn::Module> watch = owner->ptr();
+  const at::Tensor x = at::randn({2, 4});
+  const at::Tensor expected = (*owner)->forward(x);
+  bool alive_in_forward_hook = false;
+  ScopedHandle drop(modhooks::register_forward_pre_hook(
+      *owner, [&](torch::nn::Module&, const std::vector<c10::IValue>&) { owner.reset(); }));
+  ScopedHandle look(modhooks::register_forward_hook(
+      *owner, [&](torch::nn::Module&, const std::vector<c10::IValue>&, const c10::IValue&) {
+        alive_in_forward_hook = !watch.expired();
+      }));
+  const at::Tensor y = (*owner)(x);
+  EXPECT_TRUE(alive_in_forward_hook);
+  EXPECT_TRUE(watch.expired());
+  EXPECT_TRUE(y.equal(expected));
+}
 
 TEST(NnModules, CallingTheHolderFiresHooks) {
   modhooks::nn::Linear linear(4, 3);

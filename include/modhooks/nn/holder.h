@@ -76,7 +76,7 @@ class ModuleHolder : public torch::nn::ModuleHolder<Impl> {
   template <class... Args>
   auto operator()(Args&&... args)
       -> decltype(modhooks::call(std::declval<Impl&>(), std::forward<Args>(args)...)) {
-    return modhooks::call(*this->get(), std::forward<Args>(args)...);
+    return modhooks::call(this->ptr(), std::forward<Args>(args)...);  // the owner holds it
   }
 };
 

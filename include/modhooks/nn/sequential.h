@@ -54,7 +54,7 @@ struct HookedForward;
 template <class T, class C, class R, class... A>
 struct HookedForward<T, R (C::*)(A...)> : torch::nn::Module {
   explicit HookedForward(std::shared_ptr<T> child) : child(std::move(child)) {}
-  R forward(A... args) { return modhooks::call(*child, std::forward<A>(args)...); }
+  R forward(A... args) { return modhooks::call(child, std::forward<A>(args)...); }
 
   bool _forward_has_default_args() override { return DefaultArgs::has(*child); }
   unsigned int _forward_num_required_args() override { return DefaultArgs::num_required(*child); }
