@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "modhooks/checkpoint/object.h"
+#include "modhooks/optim/adam.h"
 #include "modhooks/state/module_state.h"
 #include "modhooks/state/state_dict.h"
 #include "test_util.h"
@@ -42,6 +43,13 @@ constexpr int kResume = 3;
 
 std::string fixture(const std::string& name) {
   return std::string(MODHOOKS_FIXTURES) + "/optim/" + name;
+}
+
+/// "python_adam" and "python_adamw" are modhooks' Adam and AdamW, which resume Python's runs of
+/// Adam and AdamW.
+std::string python_name(const std::string& name) {
+  const std::string prefix = "python_";
+  return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
 }
 
 IValue at(const IValue& dict, const std::string& key) { return dict.toGenericDict().at(key); }
@@ -60,6 +68,14 @@ std::vector<torch::optim::OptimizerParamGroup> groups_of(torch::nn::Sequential& 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, torch::nn::Sequential& model) {
   if (name == "sgd") {
     return std::make_unique<torch::optim::SGD>(groups_of(model), torch::optim::SGDOptions(1.0));
+  }
+  if (name == "python_adam") {
+    return std::make_unique<modhooks::optim::Adam>(groups_of(model),
+                                                   torch::optim::AdamOptions(1.0));
+  }
+  if (name == "python_adamw") {
+    return std::make_unique<modhooks::optim::AdamW>(groups_of(model),
+                                                    torch::optim::AdamWOptions(1.0));
   }
   if (name == "adam") {
     return std::make_unique<torch::optim::Adam>(groups_of(model), torch::optim::AdamOptions(1.0));
@@ -105,9 +121,9 @@ bool same_libtorch_as_python() {
 class PythonOptimizer : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { at::set_num_threads(1); }
-  /// Adam and AdamW update their first moment with mul_ + add_ where Python uses lerp_:
-  /// the last bits differ; the others compute what Python computes, operation for operation,
-  /// and give its bits on the same libtorch.
+  /// libtorch's Adam and AdamW update their first moment with mul_ + add_ where Python uses
+  /// lerp_: the last bits differ; the others (modhooks' Adam and AdamW among them) compute what
+  /// Python computes, operation for operation, and give its bits on the same libtorch.
   bool exact() const {
     return same_libtorch_as_python() && GetParam() != "adam" && GetParam() != "adamw";
   }
@@ -139,7 +155,7 @@ class PythonOptimizer : public ::testing::TestWithParam<std::string> {
 // Python trains RESUME steps and saves; libtorch resumes and must give Python's parameters at
 // every later step. Then libtorch saves after two more steps and Python resumes that.
 TEST_P(PythonOptimizer, ResumesPythonsRunStepByStepAndPythonResumesOurs) {
-  const std::string name = GetParam();
+  const std::string name = python_name(GetParam());
   const IValue data = modhooks::load_object(fixture("data.pt"));
   const auto x = at(data, "x").toTensor();
   const auto y = at(data, "y").toTensor();
@@ -150,7 +166,7 @@ TEST_P(PythonOptimizer, ResumesPythonsRunStepByStepAndPythonResumesOurs) {
 
   auto model = make_model();
   modhooks::load_state_dict(model, modhooks::StateDict::from(at(ckpt, "model")));
-  auto opt = make_optimizer(name, model);
+  auto opt = make_optimizer(GetParam(), model);
   modhooks::optim::load_state_dict(*opt, at(ckpt, "optimizer"));
   EXPECT_EQ(at(ckpt, "epoch").toInt(), kResume);
   const int handoff = kResume + 2;
@@ -162,22 +178,22 @@ TEST_P(PythonOptimizer, ResumesPythonsRunStepByStepAndPythonResumesOurs) {
       out.insert("model", modhooks::state_dict(model).to_ivalue());
       out.insert("optimizer", modhooks::optim::state_dict(*opt));
       out.insert("epoch", handoff);
-      modhooks::save_object(out, fixture("cpp_" + name + ".pt"));
+      modhooks::save_object(out, fixture("cpp_" + GetParam() + ".pt"));
     }
   }
   const std::string command = std::string("cd \"") + MODHOOKS_TEST_SOURCE_DIR + "/python\" && \"" +
                               MODHOOKS_PYTHON + "\" resume_optim.py \"" + MODHOOKS_FIXTURES +
-                              "\" " + name + " \"" + fixture("cpp_" + name + ".pt") + "\" " +
+                              "\" " + name + " \"" + fixture("cpp_" + GetParam() + ".pt") + "\" " +
                               mode();
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
 // Python's group hyper-parameters replace the optimizer's own, per group.
 TEST_P(PythonOptimizer, RestoresEveryGroupsHyperParameters) {
-  const std::string name = GetParam();
+  const std::string name = python_name(GetParam());
   const IValue ckpt = modhooks::load_object(fixture(name + ".pt"));
   auto model = make_model();
-  auto opt = make_optimizer(name, model);
+  auto opt = make_optimizer(GetParam(), model);
   modhooks::optim::load_state_dict(*opt, at(ckpt, "optimizer"));
   const auto saved = at(at(ckpt, "optimizer"), "param_groups").toList();
   const IValue ours = modhooks::optim::state_dict(*opt);
@@ -233,7 +249,8 @@ TEST_P(PythonOptimizer, RestoresEveryGroupsHyperParameters) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optim, PythonOptimizer,
-                         ::testing::Values("sgd", "adam", "adamw", "rmsprop", "adagrad"),
+                         ::testing::Values("sgd", "adam", "adamw", "rmsprop", "adagrad",
+                                           "python_adam", "python_adamw"),
                          [](const auto& info) { return info.param; });
 
 /// What an optimizer holds, as text, to see that a failed load changed nothing.

@@ -18,6 +18,7 @@
 #include "modhooks/nn/sequential.h"
 #include "modhooks/nn/submodule.h"
 #include "modhooks/nn/utils.h"
+#include "modhooks/optim/adam.h"
 #include "modhooks/optim/optim.h"
 #include "modhooks/register.h"
 #include "modhooks/state/module_state.h"

@@ -18,13 +18,12 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "modhooks/core/error.h"
+#include "state_key.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace optim {
@@ -47,18 +46,7 @@ Kind kind_of(const Optimizer& optimizer) {
       "modhooks::optim: only libtorch's SGD, Adam, AdamW, RMSprop and Adagrad are supported");
 }
 
-/// The optimizer's state key of a parameter: its TensorImpl, which libtorch 2.x keys by
-/// address and libtorch 1.13 by the address's text.
-template <class Map>
-typename Map::key_type state_key(const Map& /*state*/, const at::Tensor& param) {
-  if constexpr (std::is_same_v<typename Map::key_type, std::string>) {
-    std::ostringstream text;
-    text << param.unsafeGetTensorImpl();
-    return text.str();
-  } else {
-    return param.unsafeGetTensorImpl();
-  }
-}
+using detail::state_key;
 
 // --- Python -> libtorch
 
