@@ -3,6 +3,8 @@
 // tests/python/probe_oracle.py runs msprobe's Python dump of the same models, weights and
 // inputs, and msprobe's compare must match every row of the C++ dump and pass it.
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/serialization/import.h>
 #include <torch/optim/sgd.h>
 #include <torch/version.h>
 
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -37,6 +40,28 @@ struct MLPImpl : torch::nn::Module {
   modhooks::nn::Linear fc2;
 };
 TORCH_MODULE(MLP);
+
+namespace skewed {
+/// A port's bug that a glance misses: a module named ReLU (its class `ReLUImpl`, as libtorch's)
+/// that computes leaky_relu. probe_oracle.py's SkewedReLU is the same in Python.
+struct ReLUImpl : torch::nn::Module {
+  at::Tensor forward(const at::Tensor& x) { return torch::leaky_relu(x, 0.1); }
+};
+TORCH_MODULE(ReLU);
+}  // namespace skewed
+
+/// The MLP with `act` skewed (probe_oracle.py's skew "act").
+struct SkewedMLPImpl : torch::nn::Module {
+  SkewedMLPImpl()
+      : fc1(register_module("fc1", modhooks::nn::Linear(4, 8))),
+        act(register_module("act", skewed::ReLU())),
+        fc2(register_module("fc2", modhooks::nn::Linear(8, 3))) {}
+  at::Tensor forward(const at::Tensor& x) { return fc2(modhooks::call(act, fc1(x))); }
+  modhooks::nn::Linear fc1;
+  skewed::ReLU act;
+  modhooks::nn::Linear fc2;
+};
+TORCH_MODULE(SkewedMLP);
 
 struct BlockImpl : torch::nn::Module {
   BlockImpl()
@@ -105,15 +130,40 @@ std::string step_folder(const std::string& dump_path, int step) {
 }
 
 /// probe_oracle.py's training: two steps of SGD, the optimizer stepping after debugger.step().
+/// `skew` changes the model after its weights are loaded, as the oracle's SKEWS do.
 template <class Model>
-void train(Model& model, const std::string& name, mp::PrecisionDebugger& debugger) {
+void train(Model& model, const std::string& name, mp::PrecisionDebugger& debugger,
+           const std::function<void(Model&)>& skew = nullptr) {
   modhooks::load_state_dict(model, modhooks::load(kFixtures + "/" + name + ".pt"));
+  if (skew) skew(model);
   const c10::IValue inputs = modhooks::load_object(kFixtures + "/" + name + "_inputs.pt");
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
   for (int step = 0; step < 2; ++step) {
     debugger.start(model);
     const at::Tensor x = inputs.toGenericDict().at("x" + std::to_string(step)).toTensor();
     at::Tensor loss = modhooks::call(model, x).pow(2).mean();
+    loss.backward();
+    debugger.stop();
+    debugger.step();
+    opt.step();
+    opt.zero_grad();
+  }
+}
+
+/// The same training of the model Python scripted (probe_oracle.py's `<name>_scripted.pt`).
+void train_scripted(const std::string& name, mp::PrecisionDebugger& debugger) {
+  // Without TorchScript's graph optimizer the model runs eager's kernels, so its CRCs are
+  // Python's; with it, step 1's gradients differ in the last bits.
+  const torch::jit::GraphOptimizerEnabledGuard no_fusion(false);
+  torch::jit::Module model = torch::jit::load(kFixtures + "/" + name + "_scripted.pt");
+  const c10::IValue inputs = modhooks::load_object(kFixtures + "/" + name + "_inputs.pt");
+  std::vector<at::Tensor> params;
+  for (const at::Tensor& param : model.parameters()) params.push_back(param);
+  torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1));
+  for (int step = 0; step < 2; ++step) {
+    debugger.start(model);
+    const at::Tensor x = inputs.toGenericDict().at("x" + std::to_string(step)).toTensor();
+    at::Tensor loss = modhooks::call(model, {x}).toTensor().pow(2).mean();
     loss.backward();
     debugger.stop();
     debugger.step();
@@ -142,26 +192,51 @@ mp::Config l0_config(const std::string& dump_path, const std::string& task = "st
 
 // ---- against msprobe
 
-using Variant = std::tuple<std::string, std::string, std::string>;  // model, task, summary_mode
+/// model (with "_scripted": the C++ side runs the TorchScript model Python scripted, against
+/// msprobe's eager run), task, summary_mode
+using Variant = std::tuple<std::string, std::string, std::string>;
 
 class ProbeAgainstMsprobe : public ::testing::TestWithParam<Variant> {};
 
-TEST_P(ProbeAgainstMsprobe, CompareMatchesAndPassesEveryRow) {
-  const auto& [model_name, task, summary_mode] = GetParam();
-  const std::string dir = fresh_dir(model_name + "_" + task + "_" + summary_mode);
+namespace {
+
+/// msprobe's config.json for `task` (and `summary_mode`), dumping to `dump_path`; its path.
+std::string write_config(const std::string& path, const std::string& dump_path,
+                         const std::string& task, const std::string& summary_mode) {
   const std::string section =
       "{\"scope\": [], \"list\": [], \"data_mode\": [\"all\"]" +
       (task == "statistics" ? ", \"summary_mode\": \"" + summary_mode + "\"" : std::string()) + "}";
-  const std::string text = "{\"task\": \"" + task + "\", \"dump_path\": \"" + dir +
-                           "/python\", \"rank\": [], \"step\": [], \"level\": \"L0\", "
-                           "\"async_dump\": false, \"" +
-                           task + "\": " + section + "}";
-  const std::string config_path = dir + "/config.json";
-  std::ofstream(config_path) << text;
+  std::ofstream(path) << "{\"task\": \"" + task + "\", \"dump_path\": \"" + dump_path +
+                             "\", \"rank\": [], \"step\": [], \"level\": \"L0\", "
+                             "\"async_dump\": false, \"" +
+                             task + "\": " + section + "}";
+  return path;
+}
 
-  const auto [golden_status, golden_log] =
-      run(std::string(MODHOOKS_PYTHON) + " " + kOracle + " dump " + kFixtures + " " + model_name +
-          " " + config_path);
+/// The oracle's `dump` (msprobe's own run in Python) of `model_name`, optionally skewed.
+std::pair<int, std::string> python_dump(const std::string& model_name,
+                                        const std::string& config_path,
+                                        const std::string& skew = "") {
+  return run(std::string(MODHOOKS_PYTHON) + " " + kOracle + " dump " + kFixtures + " " +
+             model_name + " " + config_path + (skew.empty() ? "" : " " + skew));
+}
+
+/// "<major>.<minor>" of the libtorch this test runs on, for the oracle's CRC rule.
+std::string libtorch_version() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+}
+
+}  // namespace
+
+TEST_P(ProbeAgainstMsprobe, CompareMatchesAndPassesEveryRow) {
+  const auto& [variant, task, summary_mode] = GetParam();
+  const std::string model_name = variant.substr(0, variant.find('_'));
+  const bool scripted = variant != model_name;
+  const std::string dir = fresh_dir(variant + "_" + task + "_" + summary_mode);
+  const std::string config_path =
+      write_config(dir + "/config.json", dir + "/python", task, summary_mode);
+
+  const auto [golden_status, golden_log] = python_dump(model_name, config_path);
   if (golden_status == 77) GTEST_SKIP() << "msprobe is not installed: " << golden_log;
   ASSERT_EQ(golden_status, 0) << golden_log;
 
@@ -169,7 +244,9 @@ TEST_P(ProbeAgainstMsprobe, CompareMatchesAndPassesEveryRow) {
   config.dump_path = dir + "/cpp";
   {
     mp::PrecisionDebugger debugger(config);
-    if (model_name == "mlp") {
+    if (scripted) {
+      train_scripted(model_name, debugger);
+    } else if (model_name == "mlp") {
       MLP model;
       train(model, model_name, debugger);
     } else {
@@ -183,8 +260,7 @@ TEST_P(ProbeAgainstMsprobe, CompareMatchesAndPassesEveryRow) {
              step_folder(dir + "/python", step) + "/dump.json";
   }
   const auto [status, log] = run(std::string(MODHOOKS_PYTHON) + " " + kOracle + " compare " +
-                                 std::to_string(TORCH_VERSION_MAJOR) + "." +
-                                 std::to_string(TORCH_VERSION_MINOR) + " " + dir + pairs);
+                                 libtorch_version() + " " + dir + pairs);
   if (status == 77) GTEST_SKIP() << "msprobe is not installed: " << log;
   EXPECT_EQ(status, 0) << log;
   std::cout << log.substr(log.rfind("== ")) << "\n";
@@ -195,8 +271,83 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Variant{"mlp", "statistics", "statistics"},
                       Variant{"mlp", "statistics", "md5"}, Variant{"mlp", "tensor", ""},
                       Variant{"nested", "statistics", "statistics"},
-                      Variant{"nested", "statistics", "md5"}, Variant{"nested", "tensor", ""}),
+                      Variant{"nested", "statistics", "md5"}, Variant{"nested", "tensor", ""},
+                      Variant{"mlp_scripted", "statistics", "md5"},
+                      Variant{"nested_scripted", "statistics", "statistics"},
+                      Variant{"nested_scripted", "statistics", "md5"},
+                      Variant{"nested_scripted", "tensor", ""}),
     [](const ::testing::TestParamInfo<Variant>& info) {
+      return std::get<0>(info.param) + "_" + std::get<1>(info.param) +
+             (std::get<2>(info.param).empty() ? "" : "_" + std::get<2>(info.param));
+    });
+
+// ---- a C++ model that computes one module otherwise, against msprobe
+
+/// skew (probe_oracle.py's SKEWS), task, summary_mode, and in md5 mode the first row compare
+/// must mark: the skewed module's, every row before it passing.
+using Skew = std::tuple<std::string, std::string, std::string, std::string>;
+
+class ProbeSkewAgainstMsprobe : public ::testing::TestWithParam<Skew> {};
+
+TEST_P(ProbeSkewAgainstMsprobe, CompareMarksTheModuleAsForTwoPythonRuns) {
+  const auto& [skew, task, summary_mode, first_marked] = GetParam();
+  const std::string model_name = skew == "act" ? "mlp" : "nested";
+  const std::string dir = fresh_dir("skew_" + skew + "_" + task + "_" + summary_mode);
+  // msprobe's dump of the model in Python, and of the same model skewed as the C++ one is.
+  const auto golden = python_dump(
+      model_name, write_config(dir + "/golden.json", dir + "/golden", task, summary_mode));
+  if (golden.first == 77) GTEST_SKIP() << "msprobe is not installed: " << golden.second;
+  ASSERT_EQ(golden.first, 0) << golden.second;
+  const std::string skewed_config =
+      write_config(dir + "/skewed.json", dir + "/python_skewed", task, summary_mode);
+  const auto skewed = python_dump(model_name, skewed_config, skew);
+  ASSERT_EQ(skewed.first, 0) << skewed.second;
+
+  mp::Config config = mp::Config::from_file(skewed_config);
+  config.dump_path = dir + "/cpp";
+  {
+    mp::PrecisionDebugger debugger(config);
+    if (skew == "act") {
+      SkewedMLP model;
+      train(model, model_name, debugger);
+    } else {
+      Nested model;
+      train<Nested>(model, model_name, debugger, [](Nested& m) {
+        torch::NoGradGuard no_grad;
+        m->block->fc->weight[0][0] += 1e-2;  // Python's `weight[0, 0] += 1e-2`
+      });
+    }
+  }
+  std::string triples;
+  for (int step = 0; step < 2; ++step) {
+    for (const char* run_dir : {"/cpp", "/golden", "/python_skewed"}) {
+      triples += " " + step_folder(dir + run_dir, step) + "/dump.json";
+    }
+  }
+  const auto [status, log] = run(std::string(MODHOOKS_PYTHON) + " " + kOracle + " marks " +
+                                 libtorch_version() + " " + dir + triples);
+  if (status == 78) {
+    GTEST_SKIP() << log.substr(log.rfind('\n', log.size() - 2) + 1);
+  }
+  ASSERT_EQ(status, 0) << log;  // every row matched, marked as msprobe marks the Python skew
+  const auto at = log.find("first marked: ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string marked = log.substr(at + 14, log.find('\n', at) - at - 14);
+  if (!first_marked.empty()) {
+    EXPECT_EQ(marked, first_marked) << log;
+  }
+  std::cout << "step 0's first marked row: " << marked << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    , ProbeSkewAgainstMsprobe,
+    ::testing::Values(Skew{"act", "statistics", "md5", "Module.act.ReLU.forward.0.output.0"},
+                      Skew{"act", "statistics", "statistics", ""}, Skew{"act", "tensor", "", ""},
+                      Skew{"weight", "statistics", "md5",
+                           "Module.block.fc.Linear.forward.0.parameters.weight"},
+                      Skew{"weight", "statistics", "statistics", ""},
+                      Skew{"weight", "tensor", "", ""}),
+    [](const ::testing::TestParamInfo<Skew>& info) {
       return std::get<0>(info.param) + "_" + std::get<1>(info.param) +
              (std::get<2>(info.param).empty() ? "" : "_" + std::get<2>(info.param));
     });

@@ -35,6 +35,9 @@ using modhooks::detail::fail;
 
 class ProbeBackward;
 
+/// A module's own parameters, `named_parameters(recurse=False)`, in its order.
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
 /// What a debugger records and the hooks it placed. Hooks hold it by shared_ptr: a backward
 /// wiring left in an autograd graph after the debugger died finds it stopped.
 struct DebuggerState : std::enable_shared_from_this<DebuggerState> {
@@ -89,7 +92,8 @@ struct DebuggerState : std::enable_shared_from_this<DebuggerState> {
     std::string name;
     c10::intrusive_ptr<ProbeBackward> backward;
   };
-  std::map<const torch::nn::Module*, std::vector<Pending>> pending;
+  /// Per module object (a torch::nn::Module, or a TorchScript module's object).
+  std::map<const void*, std::vector<Pending>> pending;
 
   // --- the hooks placed by start()
   std::vector<RemovableHandle> handles;
@@ -224,12 +228,11 @@ struct DebuggerState : std::enable_shared_from_this<DebuggerState> {
 
   // --- what the hooks do
 
-  std::optional<std::vector<c10::IValue>> pre_hook(const std::string& prefix,
-                                                   torch::nn::Module& module,
+  std::optional<std::vector<c10::IValue>> pre_hook(const std::string& prefix, const void* module,
                                                    const std::vector<c10::IValue>& args);
-  std::optional<c10::IValue> forward_hook(torch::nn::Module& module,
-                                          const std::vector<c10::IValue>& args,
-                                          const c10::IValue& output);
+  /// `parameters`: the module's own, `named_parameters(recurse=False)`.
+  std::optional<c10::IValue> forward_hook(const void* module, const c10::IValue& output,
+                                          const NamedTensors& parameters);
   void backward_begin(const std::string& name);
   void backward_end(const std::string& name, const std::string& module_name,
                     const TensorList& grad_input, const TensorList& grad_output);
@@ -281,7 +284,7 @@ Tensors top_level_tensors(const std::vector<c10::IValue>& values) {
 }  // namespace
 
 std::optional<std::vector<c10::IValue>> DebuggerState::pre_hook(
-    const std::string& prefix, torch::nn::Module& module, const std::vector<c10::IValue>& args) {
+    const std::string& prefix, const void* module, const std::vector<c10::IValue>& args) {
   const std::lock_guard<std::mutex> lock(mutex);
   if (!running) return std::nullopt;
   auto [count, fresh] = forward_count.try_emplace(prefix, 0);
@@ -297,7 +300,7 @@ std::optional<std::vector<c10::IValue>> DebuggerState::pre_hook(
   }
   auto backward = c10::make_intrusive<ProbeBackward>(
       shared_from_this(), prefix + "backward." + index, prefix.substr(0, prefix.size() - 1));
-  pending[&module].push_back(Pending{name, backward});
+  pending[module].push_back(Pending{name, backward});
   Tensors found = top_level_tensors(args);
   TensorList wrapped = backward->setup_input(found.tensors, found.positions, args.size());
   if (found.tensors.empty() ||
@@ -311,12 +314,11 @@ std::optional<std::vector<c10::IValue>> DebuggerState::pre_hook(
   return replaced;
 }
 
-std::optional<c10::IValue> DebuggerState::forward_hook(torch::nn::Module& module,
-                                                       const std::vector<c10::IValue>& args,
-                                                       const c10::IValue& output) {
-  (void)args;
+std::optional<c10::IValue> DebuggerState::forward_hook(const void* module,
+                                                       const c10::IValue& output,
+                                                       const NamedTensors& parameters) {
   const std::lock_guard<std::mutex> lock(mutex);
-  auto calls = pending.find(&module);
+  auto calls = pending.find(module);
   if (calls == pending.end() || calls->second.empty()) return std::nullopt;
   Pending call = std::move(calls->second.back());
   calls->second.pop_back();
@@ -328,12 +330,11 @@ std::optional<c10::IValue> DebuggerState::forward_hook(torch::nn::Module& module
     } else {
       fields["output"] = Json::array({maker.value(output, call.name + ".output.0")});
     }
-    Json parameters = Json::object();
-    for (const auto& item : module.named_parameters(/*recurse=*/false)) {
-      parameters[item.key()] =
-          maker.tensor(item.value(), call.name + ".parameters." + item.key() + ".pt");
+    Json records = Json::object();
+    for (const auto& [param_name, param] : parameters) {
+      records[param_name] = maker.tensor(param, call.name + ".parameters." + param_name + ".pt");
     }
-    fields["parameters"] = std::move(parameters);
+    fields["parameters"] = std::move(records);
     update(call.name, fields);
   }
   leave(call.name);
@@ -424,6 +425,77 @@ PrecisionDebugger::~PrecisionDebugger() {
   detail::debugger_alive = false;
 }
 
+namespace detail {
+namespace {
+
+/// What tells one module's calls apart: the torch::nn::Module, or a TorchScript module's
+/// object (its `torch::jit::Module` handles are copies).
+const void* identity(const torch::nn::Module& module) { return &module; }
+const void* identity(const torch::jit::Module& module) { return module._ivalue().get(); }
+
+NamedTensors own_parameters(const torch::nn::Module& module) {
+  NamedTensors out;
+  for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+    out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+NamedTensors own_parameters(const torch::jit::Module& module) {
+  NamedTensors out;
+  for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+    out.emplace_back(item.name, item.value);
+  }
+  return out;
+}
+
+torch::nn::Module& deref(const std::shared_ptr<torch::nn::Module>& module) { return *module; }
+const torch::jit::Module& deref(const torch::jit::Module& module) { return module; }
+
+/// Hooks one submodule where msprobe hooks it: its forward pre-hook after the module's own, its
+/// forward hook before them, and a hook on each of its parameters that needs a gradient.
+/// `Module` is the type the hooks receive (torch::nn::Module or torch::jit::Module).
+template <class Module, class Ref>
+void hook_module(const std::shared_ptr<DebuggerState>& shared, Ref module,
+                 const std::string& prefix) {
+  DebuggerState& state = *shared;
+  std::weak_ptr<DebuggerState> weak = shared;
+  state.handles.push_back(modhooks::register_forward_pre_hook(
+      module,
+      [weak, prefix](Module& m, const std::vector<c10::IValue>& args)
+          -> std::optional<std::vector<c10::IValue>> {
+        if (auto s = weak.lock()) return s->pre_hook(prefix, identity(m), args);
+        return std::nullopt;
+      }));
+  state.handles.push_back(modhooks::register_forward_hook(
+      module,
+      [weak](Module& m, const std::vector<c10::IValue>& /*args*/,
+             const c10::IValue& output) -> std::optional<c10::IValue> {
+        if (auto s = weak.lock()) return s->forward_hook(identity(m), output, own_parameters(m));
+        return std::nullopt;
+      },
+      ForwardHookOptions().prepend(true)));
+  if (!state.backward) return;
+  const std::string module_name = prefix.substr(0, prefix.size() - 1);
+  for (const auto& [param_name, param] : own_parameters(deref(module))) {
+    at::Tensor tensor = param;
+    if (!tensor.requires_grad()) continue;
+    // The hook holds the parameter weakly: a parameter holding itself would never die.
+    c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> weak_param(
+        tensor.getIntrusivePtr());
+    const unsigned position = tensor.register_hook(
+        [weak, module_name, name = param_name, weak_param](const at::Tensor& grad) {
+          auto s = weak.lock();
+          auto impl = weak_param.lock();
+          if (s && impl) s->param_grad(module_name, name, at::Tensor(impl), grad);
+        });
+    state.param_hooks.push_back(DebuggerState::ParamHook{tensor, position});
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
 void PrecisionDebugger::start_nn(torch::nn::Module& model) {
   auto& state = *state_;
   const std::lock_guard<std::mutex> lock(state.mutex);
@@ -432,44 +504,28 @@ void PrecisionDebugger::start_nn(torch::nn::Module& model) {
   state.running = true;
   if (state.hooked) return;
   state.hooked = true;
-  const bool param_hooks = state.backward;
   for (const auto& item : model.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
-    const std::shared_ptr<torch::nn::Module>& module = item.value();
-    const std::string prefix =
-        "Module." + item.key() + "." + modhooks::detail::python_class_name(*module) + ".";
-    std::weak_ptr<detail::DebuggerState> weak = state_;
-    state.handles.push_back(modhooks::register_forward_pre_hook(
-        module,
-        [weak, prefix](torch::nn::Module& m, const std::vector<c10::IValue>& args)
-            -> std::optional<std::vector<c10::IValue>> {
-          if (auto s = weak.lock()) return s->pre_hook(prefix, m, args);
-          return std::nullopt;
-        }));
-    state.handles.push_back(modhooks::register_forward_hook(
-        module,
-        [weak](torch::nn::Module& m, const std::vector<c10::IValue>& args,
-               const c10::IValue& output) -> std::optional<c10::IValue> {
-          if (auto s = weak.lock()) return s->forward_hook(m, args, output);
-          return std::nullopt;
-        },
-        ForwardHookOptions().prepend(true)));
-    if (!param_hooks) continue;
-    const std::string module_name = prefix.substr(0, prefix.size() - 1);
-    for (const auto& param : module->named_parameters(/*recurse=*/false)) {
-      at::Tensor tensor = param.value();
-      if (!tensor.requires_grad()) continue;
-      const std::string param_name = param.key();
-      // The hook holds the parameter weakly: a parameter holding itself would never die.
-      c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> weak_param(
-          tensor.getIntrusivePtr());
-      const unsigned position =
-          tensor.register_hook([weak, module_name, param_name, weak_param](const at::Tensor& grad) {
-            auto s = weak.lock();
-            auto impl = weak_param.lock();
-            if (s && impl) s->param_grad(module_name, param_name, at::Tensor(impl), grad);
-          });
-      state.param_hooks.push_back(detail::DebuggerState::ParamHook{tensor, position});
-    }
+    detail::hook_module<torch::nn::Module>(
+        state_, item.value(),
+        "Module." + item.key() + "." + modhooks::detail::python_class_name(*item.value()) + ".");
+  }
+}
+
+void PrecisionDebugger::start(const torch::jit::Module& model) {
+  auto& state = *state_;
+  const std::lock_guard<std::mutex> lock(state.mutex);
+  if (!state.step_dumps()) return;
+  state.make_folder();
+  state.running = true;
+  if (state.hooked) return;
+  state.hooked = true;
+  for (const auto& item : model.named_modules()) {
+    if (item.name.empty()) continue;  // the root, which msprobe does not dump either
+    // The scripted class's plain name (`Linear`, `Block`): the qualified one carries the
+    // compiler's mangle (`___torch_mangle_0`) and Python's module path.
+    const std::string class_name = item.value.type()->name()->name();
+    detail::hook_module<torch::jit::Module>(state_, item.value,
+                                            "Module." + item.name + "." + class_name + ".");
   }
 }
 

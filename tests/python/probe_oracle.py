@@ -1,8 +1,12 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """msprobe as the oracle of modhooks::probe (tests/probe_debugger_test.cpp).
 
-    probe_oracle.py models OUT            weights and inputs of the test models, as torch.save files
-    probe_oracle.py dump OUT MODEL CONFIG  msprobe's own dump of MODEL's two training steps
+    probe_oracle.py models OUT            weights and inputs of the test models, as torch.save files,
+                                           and each model scripted (OUT/<model>_scripted.pt)
+    probe_oracle.py dump OUT MODEL CONFIG [SKEW]
+                                           msprobe's own dump of MODEL's two training steps;
+                                           with SKEW, of the model with one module computing
+                                           otherwise (SKEWS)
     probe_oracle.py compare LIBTORCH OUT TARGET GOLDEN [TARGET GOLDEN ...]
                                            msprobe's compare of each pair of dump.json files;
                                            prints one line a row and fails on a row compare could
@@ -12,8 +16,16 @@
                                            version (2.15); where it is not this torch's, its
                                            kernels round otherwise, and a computed tensor's CRC
                                            (with md5's verdict on it) may differ
+    probe_oracle.py marks LIBTORCH OUT TARGET GOLDEN SKEWED [TARGET GOLDEN SKEWED ...]
+                                           msprobe's compare of each TARGET (a skewed C++ run)
+                                           and of SKEWED (msprobe's dump of the same skew in
+                                           Python) against GOLDEN; fails unless every TARGET row
+                                           is matched and compare marks the same rows of both
+                                           (their Result column equal); prints the first row
+                                           not passed of each pair ("first marked: ...")
 
-Exit status 77 where msprobe is not installed (the C++ test skips, saying so).
+Exit status 77 where msprobe is not installed (the C++ test skips, saying so); 78 from `marks`
+in md5 mode where LIBTORCH is not this torch's version (every computed CRC may differ).
 """
 import glob
 import json
@@ -25,6 +37,7 @@ import torch
 from torch import nn
 
 SKIP = 77
+OTHER_KERNELS = 78
 STEPS = 2
 
 
@@ -65,6 +78,29 @@ class Nested(nn.Module):
 MODELS = {"mlp": (MLP, 4), "nested": (Nested, 3)}
 
 
+class SkewedReLU(nn.Module):
+    """A port's bug: a module named ReLU that computes leaky_relu."""
+
+    def forward(self, x):
+        return nn.functional.leaky_relu(x, 0.1)
+
+
+SkewedReLU.__name__ = "ReLU"  # msprobe names an entry after type(module).__name__
+
+
+def skew_act(model):
+    model.act = SkewedReLU()
+
+
+def skew_weight(model):
+    with torch.no_grad():
+        model.block.fc.weight[0, 0] += 1e-2
+
+
+# One module computing otherwise, applied after the weights are loaded; the C++ test does the same.
+SKEWS = {"act": skew_act, "weight": skew_weight}
+
+
 def write_models(out):
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -72,6 +108,9 @@ def write_models(out):
         torch.manual_seed(0)
         model = cls()
         torch.save(model.state_dict(), out / f"{name}.pt")
+        # The same model and weights scripted, which the C++ test runs as a TorchScript model
+        # against msprobe's eager run (msprobe cannot hook a ScriptModule).
+        torch.jit.script(model).save(str(out / f"{name}_scripted.pt"))
         inputs = {f"x{step}": torch.randn(5, width) for step in range(STEPS)}
         torch.save(inputs, out / f"{name}_inputs.pt")
 
@@ -89,7 +128,7 @@ def train(model, inputs, debugger):
         opt.zero_grad()
 
 
-def dump(out, model_name, config_path):
+def dump(out, model_name, config_path, skew=None):
     try:
         from msprobe.pytorch import PrecisionDebugger
     except ImportError:
@@ -99,6 +138,8 @@ def dump(out, model_name, config_path):
     cls, _ = MODELS[model_name]
     model = cls()
     model.load_state_dict(torch.load(out / f"{model_name}.pt", weights_only=True))
+    if skew is not None:
+        SKEWS[skew](model)
     inputs = torch.load(out / f"{model_name}_inputs.pt", weights_only=True)
     config = json.loads(pathlib.Path(config_path).read_text())
     debugger = PrecisionDebugger(config_path=str(config_path), dump_path=config["dump_path"])
@@ -117,20 +158,94 @@ def compare(libtorch, outdir, pairs):
         return SKIP
     bad = 0
     for n, (target, golden) in enumerate(pairs):
-        out = os.path.join(outdir, f"compare{n}")
-        os.makedirs(out, exist_ok=True)
-        for old in glob.glob(os.path.join(out, "compare_result_*")):
-            os.remove(old)
-        pt_compare({"npu_path": target, "bench_path": golden, "is_print_compare_log": False}, out)
-        results = glob.glob(os.path.join(out, "compare_result_*.csv"))
-        if len(results) != 1:
-            print(f"compare of {target} wrote no csv")
+        table = run_compare(pt_compare, pandas, target, golden, os.path.join(outdir, f"compare{n}"))
+        if table is None:
             bad += 1
             continue
         print(f"== {target} against {golden}")
-        same_kernels = libtorch == ".".join(torch.__version__.split(".")[:2])
-        bad += check(pandas.read_csv(results[0], keep_default_na=False, dtype=str), same_kernels)
+        bad += check(table, same_kernels(libtorch)) + same_entries(target, golden)
     return 1 if bad else 0
+
+
+def same_entries(target, golden):
+    """compare's table has TARGET's rows only: an entry the C++ run missed would go unseen.
+    Counts 1 unless both dumps hold the same entries in the same order."""
+    names = [list(json.loads(pathlib.Path(p).read_text())["data"]) for p in (target, golden)]
+    if names[0] == names[1]:
+        return 0
+    print(f"entries differ: only in the target {sorted(set(names[0]) - set(names[1]))}, only in "
+          f"the golden run {sorted(set(names[1]) - set(names[0]))}, or in another order")
+    return 1
+
+
+def same_kernels(libtorch):
+    return libtorch == ".".join(torch.__version__.split(".")[:2])
+
+
+def run_compare(pt_compare, pandas, target, golden, out):
+    """compare's table of TARGET against GOLDEN, or None where it wrote none."""
+    os.makedirs(out, exist_ok=True)
+    for old in glob.glob(os.path.join(out, "compare_result_*")):
+        os.remove(old)
+    pt_compare({"npu_path": target, "bench_path": golden, "is_print_compare_log": False}, out)
+    results = glob.glob(os.path.join(out, "compare_result_*.csv"))
+    if len(results) != 1:
+        print(f"compare of {target} wrote no csv")
+        return None
+    return pandas.read_csv(results[0], keep_default_na=False, dtype=str)
+
+
+def marks(libtorch, outdir, triples):
+    """compare marks a skewed C++ run as it marks msprobe's run of the same skew in Python."""
+    try:
+        import pandas
+        from msprobe.pytorch.compare.pt_compare import pt_compare
+    except ImportError:
+        print("msprobe (mindstudio-probe) is not installed")
+        return SKIP
+    bad = 0
+    for n, (target, golden, skewed) in enumerate(triples):
+        table = run_compare(pt_compare, pandas, target, golden, os.path.join(outdir, f"cpp{n}"))
+        python = run_compare(pt_compare, pandas, skewed, golden, os.path.join(outdir, f"py{n}"))
+        if table is None or python is None:
+            bad += 1
+            continue
+        if "NPU MD5" in table.columns and not same_kernels(libtorch):
+            print(f"libtorch {libtorch} is not torch {torch.__version__}: its kernels round "
+                  "otherwise, and md5 marks every computed tensor")
+            return OTHER_KERNELS
+        print(f"== {target} and {skewed} against {golden}")
+        expected = dict(zip(python["NPU Name"], python["Result"]))
+        rows = 0
+        for _, row in table.iterrows():
+            line = f"{row['NPU Name']} | {row['Bench Name']} | {row['Result']}"
+            problem = unmatched(row) or (
+                f"python's {expected.get(row['NPU Name'])}"
+                if expected.get(row["NPU Name"]) != row["Result"] else None)
+            if problem:
+                line += f"  <-- {problem}"
+                bad += 1
+            rows += 1
+            print(line)
+        if rows != len(python):
+            print(f"{rows} rows, python's run has {len(python)}")
+            bad += 1
+        marked = table[table["Result"] != "pass"]
+        print(f"first marked: {marked['NPU Name'].iloc[0] if len(marked) else 'none'}")
+        python_marked = python[python["Result"] != "pass"]
+        print(f"python's first marked: "
+              f"{python_marked['NPU Name'].iloc[0] if len(python_marked) else 'none'}")
+    return 1 if bad else 0
+
+
+def unmatched(row):
+    """Why compare could not have compared the row (it passes such rows), or None."""
+    if row["Bench Name"] == "N/A":
+        return "not matched"
+    for column in ("Dtype", "Tensor Shape", "Requires_grad"):
+        if row[f"NPU {column}"] != row[f"Bench {column}"]:
+            return f"{column} differs"
+    return None
 
 
 def check(table, same_kernels):
@@ -151,10 +266,8 @@ def check(table, same_kernels):
                 float(row["Cosine"])
             except ValueError:
                 verdict = "no cosine"
-        for column in ("Dtype", "Tensor Shape", "Requires_grad"):
-            if row[f"NPU {column}"] != row[f"Bench {column}"]:
-                verdict = f"{column} differs"
-        if row["Bench Name"] == "N/A" or verdict != "pass":
+        verdict = unmatched(row) or verdict
+        if verdict != "pass":
             line += f"  <-- {verdict}"
             bad += 1
         print(line)
@@ -167,7 +280,9 @@ if __name__ == "__main__":
     if command == "models":
         sys.exit(write_models(sys.argv[2]) or 0)
     if command == "dump":
-        sys.exit(dump(sys.argv[2], sys.argv[3], sys.argv[4]))
+        sys.exit(dump(*sys.argv[2:6]))
     if command == "compare":
         sys.exit(compare(sys.argv[2], sys.argv[3], list(zip(sys.argv[4::2], sys.argv[5::2]))))
+    if command == "marks":
+        sys.exit(marks(sys.argv[2], sys.argv[3], list(zip(*[iter(sys.argv[4:])] * 3))))
     sys.exit(f"unknown command {command}")

@@ -2,11 +2,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <torch/csrc/jit/api/module.h>
 #include <torch/nn/module.h>
 
 #include <memory>
 
-#include "modhooks/nn/detail/identity.h"
+#include "modhooks/detail/module_ref.h"
 #include "modhooks/probe/config.h"
 #include "modhooks/version.h"
 
@@ -57,6 +58,19 @@ class PrecisionDebugger {
   void start(M&& model) {
     start_nn(modhooks::detail::module_ref(model));
   }
+
+  /// Hooks every submodule of a TorchScript model (one Python scripted, loaded with
+  /// `torch::jit::load`) under Python's names: module paths, and the scripted class's plain
+  /// name (`Linear`, `Block`). Its submodules' calls are hooked where the model's code makes
+  /// them; run the model with `modhooks::call(model, inputs)` or `model.forward`.
+  ///
+  /// **Example**:
+  /// \code
+  ///   torch::jit::Module model = torch::jit::load("scripted.pt");
+  ///   debugger.start(model);
+  ///   modhooks::call(model, {x}).toTensor().sum().backward();
+  /// \endcode
+  void start(const torch::jit::Module& model);
 
   /// Stops recording, removes every hook `start` added (the user's hooks stay as they were)
   /// and writes what the step has so far.
