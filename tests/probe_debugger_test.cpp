@@ -284,7 +284,9 @@ INSTANTIATE_TEST_SUITE_P(
 // ---- a C++ model that computes one module otherwise, against msprobe
 
 /// skew (probe_oracle.py's SKEWS), task, summary_mode, and in md5 mode the first row compare
-/// must mark: the skewed module's, every row before it passing.
+/// must mark: the skewed module's, every row before it passing. Built against another libtorch
+/// than Python's (Debian's 1.13), whose kernels round otherwise, the md5 cases skip and the others
+/// check only that every row matches: compare's verdicts near its thresholds follow the last bits.
 using Skew = std::tuple<std::string, std::string, std::string, std::string>;
 
 class ProbeSkewAgainstMsprobe : public ::testing::TestWithParam<Skew> {};
