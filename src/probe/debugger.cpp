@@ -104,6 +104,17 @@ struct DebuggerState : std::enable_shared_from_this<DebuggerState> {
   std::vector<ParamHook> param_hooks;
   bool hooked = false;
 
+  /// What `start` does before hooking, under `mutex`: whether the model's modules must be hooked
+  /// now (this step and rank dump, and no earlier `start` hooked them).
+  bool begin_start() {
+    if (!step_dumps()) return false;
+    make_folder();
+    running = true;
+    if (hooked) return false;
+    hooked = true;
+    return true;
+  }
+
   bool step_dumps() const {
     const bool step_ok = config.step.empty() || std::find(config.step.begin(), config.step.end(),
                                                           step) != config.step.end();
@@ -497,13 +508,8 @@ void hook_module(const std::shared_ptr<DebuggerState>& shared, Ref module,
 }  // namespace detail
 
 void PrecisionDebugger::start_nn(torch::nn::Module& model) {
-  auto& state = *state_;
-  const std::lock_guard<std::mutex> lock(state.mutex);
-  if (!state.step_dumps()) return;
-  state.make_folder();
-  state.running = true;
-  if (state.hooked) return;
-  state.hooked = true;
+  const std::lock_guard<std::mutex> lock(state_->mutex);
+  if (!state_->begin_start()) return;
   for (const auto& item : model.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     detail::hook_module<torch::nn::Module>(
         state_, item.value(),
@@ -512,13 +518,8 @@ void PrecisionDebugger::start_nn(torch::nn::Module& model) {
 }
 
 void PrecisionDebugger::start(const torch::jit::Module& model) {
-  auto& state = *state_;
-  const std::lock_guard<std::mutex> lock(state.mutex);
-  if (!state.step_dumps()) return;
-  state.make_folder();
-  state.running = true;
-  if (state.hooked) return;
-  state.hooked = true;
+  const std::lock_guard<std::mutex> lock(state_->mutex);
+  if (!state_->begin_start()) return;
   for (const auto& item : model.named_modules()) {
     if (item.name.empty()) continue;  // the root, which msprobe does not dump either
     // The scripted class's plain name (`Linear`, `Block`): the qualified one carries the
