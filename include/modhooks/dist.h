@@ -8,5 +8,6 @@
 /// `torch.nn.parallel.DistributedDataParallel`; see docs/dist.md.
 #include "modhooks/dist/comm_hooks.h"
 #include "modhooks/dist/ddp.h"
+#include "modhooks/dist/fsdp.h"
 #include "modhooks/dist/process_group.h"
 #include "modhooks/modhooks.h"

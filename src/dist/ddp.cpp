@@ -91,6 +91,37 @@ int64_t model_signature(const std::vector<at::Tensor>& params) {
 
 }  // namespace
 
+void verify_same_model(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                       const std::vector<at::Tensor>& params, const char* error_id, const char* who,
+                       const char* what) {
+  // The models must agree before any collective whose sizes depend on them: every rank learns
+  // every rank's parameter count and signature (a fixed-size allgather, which cannot hang on a
+  // size mismatch) and all raise the same error.
+  const int rank = group->getRank(), world = group->getSize();
+  // On the parameters' device: a NCCL group has no CPU backend.
+  at::Tensor mine =
+      torch::tensor({static_cast<int64_t>(params.size()), model_signature(params)}, torch::kInt64)
+          .to(params.empty() ? at::Device(at::kCPU) : params.front().device());
+  std::vector<std::vector<at::Tensor>> all(1);
+  for (int r = 0; r < world; ++r) all[0].push_back(torch::empty_like(mine));
+  std::vector<at::Tensor> input{mine};
+  translate("verify_params", [&] { group->allgather(all, input)->wait(); });
+  std::ostringstream differ;
+  for (int r = 1; r < world; ++r) {
+    if (!all[0][r].equal(all[0][0])) {
+      const int64_t theirs = all[0][r][0].item<int64_t>(), first = all[0][0][0].item<int64_t>();
+      differ << " rank " << r << " has " << theirs << " " << what << ", rank 0 has " << first
+             << (theirs == first ? " (their shapes, strides or dtypes differ);" : ";");
+    }
+  }
+  if (!differ.str().empty()) {
+    modhooks::detail::fail<RuntimeError>(
+        error_id, std::string("[modhooks.dist.model_mismatch] ") + who +
+                      " needs the same model on every rank:" + differ.str() + " (this is rank " +
+                      std::to_string(rank) + ")");
+  }
+}
+
 struct DDPState {
   DDPOptions options;
   c10::intrusive_ptr<c10d::ProcessGroup> group;
@@ -363,38 +394,8 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
     }
   }
 
-  // The models must agree before any collective whose sizes depend on them: every rank learns
-  // every rank's parameter count and signature (a fixed-size allgather, which cannot hang on a
-  // size mismatch) and all raise the same error.
-  const int rank = s.group->getRank(), world = s.group->getSize();
-  {
-    // On the parameters' device: a NCCL group has no CPU backend.
-    at::Tensor mine =
-        torch::tensor({static_cast<int64_t>(params.size()), detail::model_signature(params)},
-                      torch::kInt64)
-            .to(params.empty() ? at::Device(at::kCPU) : params.front().device());
-    std::vector<std::vector<at::Tensor>> all(1);
-    for (int r = 0; r < world; ++r) all[0].push_back(torch::empty_like(mine));
-    std::vector<at::Tensor> input{mine};
-    detail::translate("verify_params", [&] { s.group->allgather(all, input)->wait(); });
-    std::ostringstream differ;
-    for (int r = 1; r < world; ++r) {
-      if (!all[0][r].equal(all[0][0])) {
-        differ << " rank " << r << " has " << all[0][r][0].item<int64_t>()
-               << " parameters that require grad, rank 0 has " << all[0][0][0].item<int64_t>()
-               << (all[0][r][0].item<int64_t>() == all[0][0][0].item<int64_t>()
-                       ? " (their shapes, strides or dtypes differ);"
-                       : ";");
-      }
-    }
-    if (!differ.str().empty()) {
-      modhooks::detail::fail<RuntimeError>(
-          "dist.ddp.model_mismatch",
-          "[modhooks.dist.model_mismatch] DistributedDataParallel needs the same model on every "
-          "rank:" +
-              differ.str() + " (this is rank " + std::to_string(rank) + ")");
-    }
-  }
+  detail::verify_same_model(s.group, params, "dist.ddp.model_mismatch", "DistributedDataParallel",
+                            "parameters that require grad");
   detail::translate("verify_params",
                     [&] { c10d::verify_params_across_processes(s.group, params, std::nullopt); });
 

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "modhooks/core/error.h"
 #include "modhooks/version.h"
@@ -35,6 +37,13 @@ void translate(const char* what, F&& f) {
         std::string("[modhooks.dist.") + what + "] " + first_line(e.what()));
   }
 }
+
+/// Raises, on every rank alike, where the ranks' `params` differ in count, shapes, strides or
+/// dtypes (an allgather of a fixed size, which cannot hang on the difference). `who` and `what`
+/// name the caller and what it counts in the message; `error_id` is the error's id.
+void verify_same_model(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                       const std::vector<at::Tensor>& params, const char* error_id, const char* who,
+                       const char* what);
 
 /// The NCCL backend (src/dist/nccl.cpp); raises where NCCL is not compiled in.
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,

@@ -34,14 +34,6 @@
 MODHOOKS_BEGIN_NAMESPACE
 namespace nn::utils::detail {
 
-using TensorDict = torch::OrderedDict<std::string, at::Tensor>;
-
-/// The module's own tables, which libtorch keeps private and has no calls to remove from.
-TensorDict& parameters_of(torch::nn::Module& module);
-TensorDict& buffers_of(torch::nn::Module& module);
-torch::OrderedDict<std::string, std::shared_ptr<torch::nn::Module>>& children_of(
-    torch::nn::Module& module);
-
 /// Where a module's forward reads one of its tensors: a member of its class
 /// (`LinearImpl::weight`), or an entry of an RNN's `flat_weights_`, a vector that `to()`
 /// rebuilds, so the entry is found anew at each use.

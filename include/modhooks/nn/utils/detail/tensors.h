@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
+#include <torch/ordered_dict.h>
 
 #include <memory>
 #include <string>
@@ -25,6 +26,15 @@ namespace nn::utils::detail {
 /// there, and nothing dangles).
 template <class M>
 using Returned = std::conditional_t<std::is_lvalue_reference_v<M>, M, std::decay_t<M>>;
+
+using TensorDict = torch::OrderedDict<std::string, at::Tensor>;
+
+/// The module's own tables, which libtorch keeps private and has no calls to remove from (the
+/// nn utilities and `dist::fully_shard` put other tensors in a module's parameter table).
+TensorDict& parameters_of(torch::nn::Module& module);
+TensorDict& buffers_of(torch::nn::Module& module);
+torch::OrderedDict<std::string, std::shared_ptr<torch::nn::Module>>& children_of(
+    torch::nn::Module& module);
 
 /// Python's `getattr(module, name)` for tensors: the parameter, the buffer, or the tensor
 /// attribute a utility keeps recomputed, in that order; undefined when there is none.
