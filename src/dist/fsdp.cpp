@@ -72,6 +72,10 @@ struct ShardedParam {
   at::Tensor shard;   ///< `padded`'s first `local_rows` rows: the registered parameter
   std::vector<int64_t> sizes;  ///< the whole parameter's
   int64_t rows = 0, chunk_rows = 0, local_rows = 0, row_numel = 0;
+  /// Python's `unsharded_grad_dtype`: `mp_policy`'s reduce dtype, else the parameter's own.
+  /// The whole parameter's gradient is kept in it (Python's `grad_dtype`), so gradients kept
+  /// across unsynced backwards add up in it.
+  c10::ScalarType grad_dtype = at::kFloat;
 
   int64_t padded_numel() const { return chunk_rows * row_numel; }
   std::size_t gathered_bytes(int world) const {
@@ -97,50 +101,52 @@ std::unordered_map<const torch::nn::Module*, std::shared_ptr<ShardState>> regist
 
 std::shared_ptr<ShardState> state_of(const torch::nn::Module& module);
 
-/// Python's `collect_grad_tensors` and `replace_grad_tensors` over a hook's IValues.
-void collect_grad_tensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
-  if (value.isTensor()) {
-    if (value.toTensor().requires_grad()) out.push_back(value.toTensor());
-  } else if (value.isTuple()) {
-    for (const auto& v : value.toTupleRef().elements()) collect_grad_tensors(v, out);
-  } else if (value.isList()) {
-    for (const auto& v : value.toListRef()) collect_grad_tensors(v, out);
-  } else if (value.isGenericDict()) {
-    for (const auto& item : value.toGenericDict()) collect_grad_tensors(item.value(), out);
-  }
-}
-
-c10::IValue replace_grad_tensors(const c10::IValue& value,
-                                 std::vector<at::Tensor>::const_iterator& next) {
-  if (value.isTensor()) return value.toTensor().requires_grad() ? c10::IValue(*next++) : value;
+/// A hook's value with `f` applied to each tensor in it (Python's `_apply_to_tensors`): tensors
+/// in tuples, lists and dicts, depth first, in order.
+template <class F>
+c10::IValue map_tensors(const c10::IValue& value, F& f) {
+  if (value.isTensor()) return f(value.toTensor());
   if (value.isTuple()) {
     std::vector<c10::IValue> items;
-    for (const auto& v : value.toTupleRef().elements()) {
-      items.push_back(replace_grad_tensors(v, next));
-    }
+    for (const auto& v : value.toTupleRef().elements()) items.push_back(map_tensors(v, f));
     return c10::ivalue::Tuple::create(std::move(items));
   }
   if (value.isTensorList()) {
     c10::List<at::Tensor> list;
-    for (const at::Tensor& t : value.toTensorList()) {
-      list.push_back(t.requires_grad() ? *next++ : t);
-    }
+    for (const at::Tensor& t : value.toTensorList()) list.push_back(f(t));
     return list;
   }
   if (value.isList()) {
     auto list = value.toList().copy();
-    for (std::size_t i = 0; i < list.size(); ++i)
-      list.set(i, replace_grad_tensors(list.get(i), next));
+    for (std::size_t i = 0; i < list.size(); ++i) list.set(i, map_tensors(list.get(i), f));
     return list;
   }
   if (value.isGenericDict()) {
     auto dict = value.toGenericDict().copy();
     for (const auto& item : value.toGenericDict()) {
-      dict.insert_or_assign(item.key(), replace_grad_tensors(item.value(), next));
+      dict.insert_or_assign(item.key(), map_tensors(item.value(), f));
     }
     return dict;
   }
   return value;
+}
+
+template <class F>
+std::vector<c10::IValue> map_tensors(const std::vector<c10::IValue>& values, F&& f) {
+  std::vector<c10::IValue> out;
+  out.reserve(values.size());
+  for (const auto& v : values) out.push_back(map_tensors(v, f));
+  return out;
+}
+
+/// Python's `collect_grad_tensors`: the tensors that need grad.
+std::vector<at::Tensor> grad_tensors(const std::vector<c10::IValue>& values) {
+  std::vector<at::Tensor> out;
+  map_tensors(values, [&](const at::Tensor& t) {
+    if (t.requires_grad()) out.push_back(t);
+    return t;
+  });
+  return out;
 }
 
 struct StateCapsule : torch::CustomClassHolder {
@@ -229,16 +235,13 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
     unshard();
     if (!entering || !at::GradMode::is_enabled()) return cast;
     const std::vector<c10::IValue>& current = cast ? *cast : args;
-    std::vector<at::Tensor> inputs;
-    for (const auto& a : current) collect_grad_tensors(a, inputs);
+    std::vector<at::Tensor> inputs = grad_tensors(current);
     if (inputs.empty()) return cast;
     variable_list outputs = RegisterPostBackward::apply(
         c10::make_intrusive<StateCapsule>(weak_from_this()), at::TensorList(inputs));
-    std::vector<at::Tensor>::const_iterator next = outputs.begin();
-    std::vector<c10::IValue> replaced;
-    replaced.reserve(current.size());
-    for (const auto& a : current) replaced.push_back(replace_grad_tensors(a, next));
-    return replaced;
+    auto next = outputs.begin();
+    return map_tensors(current,
+                       [&](const at::Tensor& t) { return t.requires_grad() ? *next++ : t; });
   }
 
   /// Python's FSDPState._post_forward with the group's post_forward.
@@ -249,10 +252,8 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
       group_training_ = Training::kIdle;
     }
     if (at::GradMode::is_enabled()) {
-      std::vector<at::Tensor> tensors;
-      collect_grad_tensors(output, tensors);
       std::weak_ptr<ShardState> weak = weak_from_this();
-      for (at::Tensor& t : tensors) {
+      for (at::Tensor& t : grad_tensors({output})) {
         t.register_hook([weak](const at::Tensor&) {
           if (auto s = weak.lock()) s->pre_backward();
         });
@@ -332,12 +333,19 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
       }
       p.shard = p.padded.narrow(0, 0, p.local_rows);
       p.shard.requires_grad_(param.requires_grad());
+      // Python's init_dtype_attrs: mixed precision only for floating parameters.
+      const c10::ScalarType orig = param.scalar_type();
+      const bool floating = c10::isFloatingType(orig);
+      const c10::ScalarType compute = floating ? mp_.param_dtype().value_or(orig) : orig;
+      p.grad_dtype = mp_.reduce_dtype().value_or(orig);
       std::vector<int64_t> gathered_sizes = p.sizes;
       gathered_sizes[0] = p.chunk_rows * world_;
-      p.gathered = at::empty(
-          gathered_sizes, param.options().dtype(mp_.param_dtype().value_or(param.scalar_type())));
+      p.gathered = at::empty(gathered_sizes, param.options().dtype(compute));
       p.unsharded.mutable_grad().reset();
       p.unsharded.set_data(p.gathered.narrow(0, 0, p.rows));
+      if (p.grad_dtype != compute && p.unsharded.requires_grad()) {
+        p.unsharded.set_grad_dtype(p.grad_dtype);
+      }
     }
     ud::parameters_of(owner)[name] = p.shard;
     params_.push_back(std::move(p));
@@ -369,16 +377,8 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
   std::optional<std::vector<c10::IValue>> cast_inputs(const std::vector<c10::IValue>& args) const {
     if (!mp_.param_dtype()) return std::nullopt;
     const c10::ScalarType dtype = *mp_.param_dtype();
-    std::vector<c10::IValue> out;
-    out.reserve(args.size());
-    for (const auto& a : args) {
-      if (a.isTensor() && a.toTensor().is_floating_point()) {
-        out.emplace_back(a.toTensor().to(dtype));
-      } else {
-        out.push_back(a);
-      }
-    }
-    return out;
+    return map_tensors(
+        args, [&](const at::Tensor& t) { return t.is_floating_point() ? t.to(dtype) : t; });
   }
 
   /// Python's _lazy_init and _root_pre_forward.

@@ -118,6 +118,12 @@ Model build(const std::string& mode, const modhooks::StateDict* init) {
   dist::FullyShardOptions options;
   if (mode == "no_reshard") options.reshard_after_forward(false);
   if (mode == "reshard_root") options.reshard_after_forward(true);
+  if (mode == "mp") {
+    options.mp_policy(
+        dist::MixedPrecisionPolicy().param_dtype(at::kBFloat16).reduce_dtype(at::kFloat));
+  }
+  if (mode == "mp_accum")
+    options.mp_policy(dist::MixedPrecisionPolicy().param_dtype(at::kBFloat16));
   auto load = [&](auto& net) {
     if (init != nullptr) modhooks::load_state_dict(net, *init);
   };
@@ -184,10 +190,11 @@ void train(const std::string& mode, const std::string& dir) {
   }
   auto step_on = [&](int k) {
     std::string key = std::to_string(rank) + "." + std::to_string(k);
-    torch::mse_loss(model.forward(data.at("x." + key)), data.at("y." + key)).backward();
+    torch::mse_loss(model.forward(data.at("x." + key)).to(at::kFloat), data.at("y." + key))
+        .backward();
   };
   for (int step = 0; step < steps; ++step) {
-    if (mode == "accum") {
+    if (mode == "accum" || mode == "mp_accum") {
       dist::set_requires_gradient_sync(model.root, false);
       step_on(2 * step);
       dist::set_requires_gradient_sync(model.root, true);

@@ -36,12 +36,19 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      set_model_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 STEPS = 10
 MODES = ["mlp", "uneven", "nested", "twice", "no_reshard", "reshard_root", "accum", "state_dict",
-         "adam"]
+         "adam", "mp", "mp_accum"]
+ACCUM = ("accum", "mp_accum")  # two micro-batches a step, the first without gradient sync
+# Mixed precision: bf16 parameters and inputs in forward and backward; mp also reduces in fp32,
+# mp_accum (no reduce_dtype) reduces in the parameters' fp32 and accumulates in it across its
+# unsynced micro-batches.
+MP_POLICY = {"mp": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
+             "mp_accum": MixedPrecisionPolicy(param_dtype=torch.bfloat16)}
 ATOL = 1e-6  # py_full.pt against one unsharded process on all ranks' batches
+ATOL_MP = 5e-2  # the same for the bf16 modes, against the fp32 process
 TIMEOUT = 600  # seconds, per torchrun
 
 
@@ -104,6 +111,8 @@ def shard(model, mode, mesh):
         kwargs["reshard_after_forward"] = False
     if mode == "reshard_root":
         kwargs["reshard_after_forward"] = True
+    if mode in MP_POLICY:
+        kwargs["mp_policy"] = MP_POLICY[mode]
     if mode in ("nested", "reshard_root"):
         groups = [model.block0, model.block1]  # the root's group holds head's parameters
     else:
@@ -128,7 +137,7 @@ def prepare(d, mode, nproc):
     n_out = 4 if mode == "uneven" else 5
     g = torch.Generator().manual_seed(1)
     data = {"steps": torch.tensor(STEPS)}
-    micro = 2 * STEPS if mode == "accum" else STEPS
+    micro = 2 * STEPS if mode in ACCUM else STEPS
     for r in range(nproc):
         for k in range(micro):
             data[f"x.{r}.{k}"] = torch.randn(8, 13, generator=g, dtype=torch.float32)
@@ -142,10 +151,10 @@ def fit(model, mode, data, batch):
 
     def backward(k):
         x, y = batch(k)
-        F.mse_loss(model(x), y).backward()
+        F.mse_loss(model(x).float(), y).backward()
 
     for step in range(int(data["steps"])):
-        if mode == "accum":
+        if mode in ACCUM:
             if hasattr(model, "set_requires_gradient_sync"):
                 model.set_requires_gradient_sync(False)
             backward(2 * step)
@@ -297,10 +306,11 @@ def compare(d, mode, nproc):
         why = diff(torch.load(os.path.join(d, cpp)), torch.load(os.path.join(d, py)), exact=True)
         if why is not None:
             whys.append(f"{cpp} against {py}: {why}")
+    atol = ATOL_MP if mode in MP_POLICY else ATOL
     why = diff(torch.load(os.path.join(d, "py_full.pt")), reference(d, mode, nproc), exact=False,
-               atol=ATOL)
+               atol=atol)
     if why is not None:
-        whys.append(f"py_full.pt against one process (atol {ATOL:g}): {why}")
+        whys.append(f"py_full.pt against one process (atol {atol:g}): {why}")
     if mode == "state_dict":
         for r in range(nproc):
             path = os.path.join(d, f"load.{r}.txt")
