@@ -109,7 +109,7 @@ if ((cuda)) && [[ "$dist_line" != *"NCCL 1"* ]]; then
 fi
 
 targets=(grad_test model_io_test nn_utils_threads_test)
-[[ "$dist_line" == *Gloo* ]] && targets+=(ddp_device_test)
+[[ "$dist_line" == *Gloo* ]] && targets+=(ddp_device_test fsdp_test)
 aoti_line="$(grep -m 1 'modhooks::aoti' "$build_log" | sed 's/^-- //' || true)"
 [[ "$aoti_line" == *": on"* ]] && targets+=(aoti_test)
 t=$SECONDS
@@ -189,7 +189,8 @@ EOF
 
 # In order of value: the gradient hooks on CUDA tensors; load_model into a CUDA model through
 # the pinned staging buffer, its peak extra device memory at most the largest tensor; a CPU
-# checkpoint into a CUDA model with load_state_dict; DDP at world size 1 over NCCL beside Gloo.
+# checkpoint into a CUDA model with load_state_dict; DDP and fully_shard at world size 1 over NCCL
+# beside Gloo.
 step grad tests/grad_test 'Devices/Grad.*/cuda:Backend.CpuAndCudaUseAten'
 step load_model tests/model_io_test \
   'ModelIo.CudaTargetsGoThroughThePinnedBufferInChunks:ModelIo.CudaLoadHoldsAtMostTheLargestTensorOnTheDevice'
@@ -197,6 +198,7 @@ step load_sd tests/model_io_test 'ModelIo.CpuCheckpointIntoACudaModelWithLoadSta
 step cached tests/nn_utils_threads_test 'NnUtilsThreads.ACachedValueComputedOnOneStreamIsReadOnAnother'
 if [[ " ${targets[*]} " == *" ddp_device_test "* ]]; then
   step ddp tests/dist/ddp_device_test 'Backends/DdpWorldOfOne.*'
+  step fsdp tests/dist/fsdp_test 'Backends/FsdpWorldOfOne.*'
 else
   say "ddp        FAILED: modhooks::dist is not configured ($dist_line)"
   failures=$((failures + 1))

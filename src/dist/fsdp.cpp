@@ -175,21 +175,43 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
         context_(std::make_shared<Context>()) {}
 
   /// Takes the parameters of `managed` (the module's subtree but for sharded submodules').
+  /// Every check comes before the first parameter changes: a refused call leaves the module
+  /// as it was.
   void shard(const std::vector<torch::nn::Module*>& managed) {
+    struct Found {
+      torch::nn::Module* owner;
+      std::string name;
+      at::Tensor param;
+    };
+    std::vector<Found> found;
     std::unordered_set<const c10::TensorImpl*> seen;
     for (torch::nn::Module* m : managed) {
       for (const auto& item : ud::parameters_of(*m)) {
-        if (!item.value().defined()) continue;
-        if (!seen.insert(item.value().unsafeGetTensorImpl()).second) {
+        const at::Tensor& param = item.value();
+        if (!param.defined()) continue;
+        if (!seen.insert(param.unsafeGetTensorImpl()).second) {
           fail_fsdp("dist.fsdp.shared_parameter",
                     "a parameter registered under two names (" + item.key() +
                         ") cannot be sharded: modhooks' fully_shard shards each parameter of a "
                         "module's own table once");
         }
-        add_param(*m, item.key(), item.value());
+        if (param.dim() == 0) {
+          fail_fsdp("dist.fsdp.scalar_parameter",
+                    "parameter '" + item.key() + "' has no dimension to shard along (dim 0)");
+        }
+        if (compute_dtype(param) != compute_dtype(found.empty() ? param : found.front().param)) {
+          fail_fsdp("dist.fsdp.mixed_dtypes",
+                    "a group's parameters must share one dtype ('" + item.key() + "' is " +
+                        std::string(c10::toString(param.scalar_type())) + ", '" +
+                        found.front().name + "' " +
+                        c10::toString(found.front().param.scalar_type()) +
+                        "); shard the module that holds it in a group of its own first");
+        }
+        found.push_back({m, item.key(), param});
       }
       managed_.push_back({m, ud::parameters_of(*m).size()});
     }
+    for (const Found& f : found) add_param(*f.owner, f.name, f.param);
     reshard();
   }
 
@@ -205,11 +227,6 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
   int world() const { return world_; }
   const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
   void set_reduce_grads(bool value) { reduce_grads_ = value; }
-  bool owns(const at::Tensor& shard) const {
-    return std::any_of(params_.begin(), params_.end(), [&](const ShardedParam& p) {
-      return p.shard.unsafeGetTensorImpl() == shard.unsafeGetTensorImpl();
-    });
-  }
 
   void zero_grad() {
     for (ShardedParam& p : params_) {
@@ -299,20 +316,16 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
     ctx.callback_queued = false;
   }
 
-  /// Whole parameters gathered, for the state dict; `reshard()` after.
-  void gather() {
-    if (!params_.empty()) unshard();
-  }
-  void release() {
-    if (group_training_ == Training::kIdle && training_ == Training::kIdle) reshard();
+ private:
+  /// The dtype forward computes in: `mp_policy`'s `param_dtype` for floating parameters (Python's
+  /// init_dtype_attrs), else the parameter's own.
+  c10::ScalarType compute_dtype(const at::Tensor& param) const {
+    return c10::isFloatingType(param.scalar_type())
+               ? mp_.param_dtype().value_or(param.scalar_type())
+               : param.scalar_type();
   }
 
- private:
   void add_param(torch::nn::Module& owner, const std::string& name, const at::Tensor& param) {
-    if (param.dim() == 0) {
-      fail_fsdp("dist.fsdp.scalar_parameter",
-                "parameter '" + name + "' has no dimension to shard along (dim 0)");
-    }
     ShardedParam p;
     p.owner = &owner;
     p.name = name;
@@ -333,11 +346,8 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
       }
       p.shard = p.padded.narrow(0, 0, p.local_rows);
       p.shard.requires_grad_(param.requires_grad());
-      // Python's init_dtype_attrs: mixed precision only for floating parameters.
-      const c10::ScalarType orig = param.scalar_type();
-      const bool floating = c10::isFloatingType(orig);
-      const c10::ScalarType compute = floating ? mp_.param_dtype().value_or(orig) : orig;
-      p.grad_dtype = mp_.reduce_dtype().value_or(orig);
+      const c10::ScalarType compute = compute_dtype(param);
+      p.grad_dtype = mp_.reduce_dtype().value_or(param.scalar_type());
       std::vector<int64_t> gathered_sizes = p.sizes;
       gathered_sizes[0] = p.chunk_rows * world_;
       p.gathered = at::empty(gathered_sizes, param.options().dtype(compute));
@@ -431,15 +441,7 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
     if (unsharded_) return;
     const c10::ScalarType dtype = params_.front().gathered.scalar_type();
     int64_t input_numel = 0;
-    for (const ShardedParam& p : params_) {
-      if (p.gathered.scalar_type() != dtype) {
-        fail_fsdp("dist.fsdp.mixed_dtypes", "a group's parameters must share one dtype ('" +
-                                                p.name +
-                                                "' has another); "
-                                                "shard that module in a group of its own");
-      }
-      input_numel += p.padded_numel();
-    }
+    for (const ShardedParam& p : params_) input_numel += p.padded_numel();
     torch::NoGradGuard no_grad;
     at::Tensor output =
         at::empty({input_numel * world_}, params_.front().padded.options().dtype(dtype));
@@ -551,8 +553,6 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
   Training group_training_ = Training::kIdle;
   bool unsharded_ = true;  // until shard() frees the whole parameters
   bool reduce_grads_ = true;
-
-  friend struct RegisterPostBackward;
 };
 
 variable_list RegisterPostBackward::forward(torch::autograd::AutogradContext* ctx,
@@ -722,8 +722,25 @@ StateDict get_model_state_dict(torch::nn::Module& module, const StateDictOptions
   return full;
 }
 
+namespace {
+
+/// Where the group's tensors live: a NCCL group has no CPU backend.
+at::Device group_device(const std::vector<std::shared_ptr<ShardState>>& states) {
+  for (const auto& s : states) {
+    if (!s->params().empty()) return s->params().front().padded.device();
+  }
+  return at::Device(at::kCPU);
+}
+
+}  // namespace
+
 void set_model_state_dict(torch::nn::Module& module, const StateDict& state_dict,
                           const StateDictOptions& options) {
+  if (options.broadcast_from_rank0() && !options.full_state_dict()) {
+    modhooks::detail::fail<ValueError>(
+        "dist.fsdp.broadcast_needs_full",
+        "full_state_dict must be True when broadcast_from_rank0 is True.");
+  }
   StateDict local = modhooks::state_dict(module);
   auto states = states_under(module, true);
   const int rank = states.empty() ? get_rank() : states.front()->rank();
@@ -731,40 +748,58 @@ void set_model_state_dict(torch::nn::Module& module, const StateDict& state_dict
   const auto shards = shards_by_key(module, states);
   c10::intrusive_ptr<c10d::ProcessGroup> group =
       states.empty() ? default_group() : states.front()->group();
-  // Every key and shape checked before anything is written.
+  // Every key and shape checked before anything is written. With broadcast_from_rank0 rank 0
+  // checks and tells the others, so that every rank raises rather than waits.
+  enum Verdict : int64_t { kFits = 0, kKeys = 1, kShape = 2 };
+  Verdict verdict = kFits;
+  std::string text;
   if (reads) {
-    std::vector<std::string> missing, unexpected;
     for (const auto& [key, tensor] : local) {
-      if (!state_dict.contains(key)) missing.push_back(key);
+      if (!state_dict.contains(key)) text += " missing '" + key + "'";
     }
     for (const auto& [key, tensor] : state_dict) {
-      if (!local.contains(key)) unexpected.push_back(key);
+      if (!local.contains(key)) text += " unexpected '" + key + "'";
     }
-    if (!missing.empty() || !unexpected.empty()) {
-      std::string text = "set_model_state_dict: the state dict does not fit the model:";
-      for (const auto& k : missing) text += " missing '" + k + "'";
-      for (const auto& k : unexpected) text += " unexpected '" + k + "'";
-      modhooks::detail::fail<KeyError>("dist.fsdp.state_dict_keys", text);
+    if (!text.empty()) verdict = kKeys;
+    for (const auto& [key, tensor] : local) {
+      if (verdict != kFits) break;
+      auto found = shards.find(key);
+      const std::vector<int64_t> model = found != shards.end() && options.full_state_dict()
+                                             ? found->second.second->sizes
+                                             : tensor.sizes().vec();
+      const at::Tensor& value = state_dict.at(key);
+      if (value.sizes().vec() != model) {
+        verdict = kShape;
+        text = " '" + key + "' has shape " + c10::str(value.sizes()) + ", the model's is " +
+               c10::str(model);
+      }
     }
+  }
+  if (options.broadcast_from_rank0()) {
+    std::vector<at::Tensor> flag{
+        torch::tensor({static_cast<int64_t>(verdict)}, torch::kInt64).to(group_device(states))};
+    translate("broadcast", [&] { group->broadcast(flag)->wait(); });
+    verdict = static_cast<Verdict>(flag[0].item<int64_t>());
+    if (!reads && verdict != kFits) text = " (rank 0's does not; its error says how)";
+  }
+  if (verdict == kKeys) {
+    modhooks::detail::fail<KeyError>("dist.fsdp.state_dict_keys",
+                                     "set_model_state_dict: the state dict does not fit the "
+                                     "model:" +
+                                         text);
+  }
+  if (verdict == kShape) {
+    modhooks::detail::fail<RuntimeError>("dist.fsdp.state_dict_shape",
+                                         "set_model_state_dict: the state dict does not fit the "
+                                         "model:" +
+                                             text);
   }
   torch::NoGradGuard no_grad;
   for (const auto& [key, tensor] : local) {
     auto found = shards.find(key);
     const ShardedParam* p = found == shards.end() ? nullptr : found->second.second;
     const std::vector<int64_t> whole = p ? p->sizes : tensor.sizes().vec();
-    at::Tensor value;
-    if (reads) {
-      value = state_dict.at(key);
-      const bool fits = options.full_state_dict() ? value.sizes().vec() == whole
-                                                  : value.sizes() == tensor.sizes();
-      if (!fits) {
-        modhooks::detail::fail<RuntimeError>(
-            "dist.fsdp.state_dict_shape",
-            "set_model_state_dict: '" + key + "' has shape " + c10::str(value.sizes()) +
-                ", the model's is " +
-                c10::str(options.full_state_dict() ? whole : tensor.sizes().vec()));
-      }
-    }
+    at::Tensor value = reads ? state_dict.at(key) : at::Tensor();
     if (options.full_state_dict() && options.broadcast_from_rank0()) {
       at::Tensor buffer = reads ? value.to(tensor.device(), tensor.scalar_type()).contiguous()
                                 : at::empty(whole, tensor.options().requires_grad(false));

@@ -1,0 +1,296 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+//
+// fully_shard in a world of one process, over Gloo (CPU tensors) and over NCCL (CUDA tensors,
+// where there is a GPU). With one rank a shard is the whole parameter and the reduced gradient
+// the rank's own, so a sharded model must train exactly as its bare twin; the choreography
+// (gather, free, gather again before backward, reduce after) still runs in full. The errors
+// that one process can raise are here too (tests/dist/fsdp_parity.cpp has those that need
+// several ranks), each leaving the model as it was.
+#include <gtest/gtest.h>
+#include <modhooks/dist.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dist = modhooks::dist;
+
+namespace {
+
+struct BlockImpl : torch::nn::Module {
+  BlockImpl(int64_t in, int64_t out)
+      : a(register_module("a", torch::nn::Linear(in, 24))),
+        b(register_module("b", torch::nn::Linear(24, out))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    return modhooks::call(b, torch::relu(modhooks::call(a, x)));
+  }
+  torch::nn::Linear a, b;
+};
+TORCH_MODULE(Block);
+
+/// Two blocks, one of them run twice in a forward, and a head the root's group holds.
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : block0(register_module("block0", Block(13, 16))),
+        block1(register_module("block1", Block(16, 16))),
+        head(register_module("head", torch::nn::Linear(16, 5))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor h = torch::relu(modhooks::call(block0, x));
+    h = torch::relu(modhooks::call(block1, h));
+    h = torch::relu(modhooks::call(block1, h));
+    return modhooks::call(head, h);
+  }
+  Block block0, block1;
+  torch::nn::Linear head;
+};
+TORCH_MODULE(Net);
+
+void shard(Net& net) {
+  dist::fully_shard(net->block0);
+  dist::fully_shard(net->block1);
+  dist::fully_shard(net);
+}
+
+class FsdpWorldOfOne : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (backend() == "nccl") {
+      if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+      if (!dist::is_nccl_available()) GTEST_SKIP() << "NCCL is not compiled into modhooks::dist";
+    }
+    store_ = std::filesystem::temp_directory_path() /
+             ("modhooks_fsdp_" + backend() + "_" + std::to_string(::getpid()));
+    std::filesystem::remove(store_);
+    dist::init_process_group(dist::InitOptions()
+                                 .backend(backend())
+                                 .init_method("file://" + store_.string())
+                                 .rank(0)
+                                 .world_size(1)
+                                 .timeout(std::chrono::milliseconds(120000)));
+  }
+  void TearDown() override {
+    if (dist::is_initialized()) dist::destroy_process_group();
+    std::filesystem::remove(store_);
+  }
+  std::string backend() const { return GetParam(); }
+  at::Device device() const {
+    return backend() == "nccl" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  }
+  /// A model and a bare copy with the same weights, on the backend's device.
+  std::pair<Net, Net> twins() const {
+    torch::manual_seed(3);
+    Net net;
+    Net bare;
+    modhooks::load_state_dict(bare, modhooks::state_dict(net));
+    net->to(device());
+    bare->to(device());
+    return {net, bare};
+  }
+  std::filesystem::path store_;
+};
+
+TEST_P(FsdpWorldOfOne, TrainsAsTheBareModelWithGradientAccumulation) {
+  auto [net, bare] = twins();
+  shard(net);
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  torch::optim::SGD bare_opt(bare->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  auto loss = [&](auto& model, int k) {
+    torch::manual_seed(100 + k);
+    const at::Tensor x = torch::randn({8, 13}).to(device());
+    const at::Tensor y = torch::randn({8, 5}).to(device());
+    return torch::mse_loss(modhooks::call(model, x), y);
+  };
+  for (int step = 0; step < 4; ++step) {
+    // Two micro-batches: the first keeps its whole gradients, the second reduces both.
+    dist::set_requires_gradient_sync(net, false);
+    loss(net, 2 * step).backward();
+    dist::set_requires_gradient_sync(net, true);
+    loss(net, 2 * step + 1).backward();
+    opt.step();
+    dist::zero_grad(net);
+    loss(bare, 2 * step).backward();
+    loss(bare, 2 * step + 1).backward();
+    bare_opt.step();
+    bare_opt.zero_grad();
+  }
+  const modhooks::StateDict bare_sd = modhooks::state_dict(bare);
+  const auto shards = net->named_parameters();
+  ASSERT_EQ(shards.size(), bare_sd.size());
+  for (const auto& item : shards) {
+    const at::Tensor& expected = bare_sd.at(item.key());
+    EXPECT_TRUE(item.value().equal(expected))
+        << item.key() << " differs by " << (item.value() - expected).abs().max().item<double>();
+  }
+  // Between steps the inner groups' whole parameters are freed; the root keeps none either
+  // (its reshard after forward is off, but backward reshards it).
+  EXPECT_EQ(net->block0->a->weight.storage().nbytes(), 0U);
+  EXPECT_EQ(net->head->weight.storage().nbytes(), 0U);
+  // The full state dict is the bare model's.
+  const modhooks::StateDict full =
+      dist::get_model_state_dict(net, dist::StateDictOptions().full_state_dict(true));
+  for (const auto& [key, value] : bare_sd) EXPECT_TRUE(full.at(key).equal(value)) << key;
+}
+
+TEST_P(FsdpWorldOfOne, ParametersAreTheShardsAndTheModuleKeepsItsOwnTensors) {
+  auto [net, bare] = twins();
+  const at::Tensor member = net->block0->a->weight;
+  shard(net);
+  // The module's member is still its own tensor (forward reads it); the parameter table holds
+  // another tensor, the shard, which the optimizer trains.
+  EXPECT_TRUE(net->block0->a->weight.is_same(member));
+  const at::Tensor shard = net->block0->a->named_parameters(false)["weight"];
+  EXPECT_FALSE(shard.is_same(member));
+  EXPECT_TRUE(shard.requires_grad());
+  EXPECT_TRUE(shard.is_leaf());
+  EXPECT_EQ(member.storage().nbytes(), 0U);
+  std::vector<std::string> keys;
+  for (const auto& item : net->named_parameters()) keys.push_back(item.key());
+  std::vector<std::string> bare_keys;
+  for (const auto& item : bare->named_parameters()) bare_keys.push_back(item.key());
+  EXPECT_EQ(keys, bare_keys);
+}
+
+TEST_P(FsdpWorldOfOne, StateDictsGoBothWays) {
+  auto [net, bare] = twins();
+  shard(net);
+  torch::manual_seed(9);
+  Net other;
+  other->to(device());
+  shard(other);
+  const modhooks::StateDict full = dist::get_model_state_dict(
+      net, dist::StateDictOptions().full_state_dict(true).cpu_offload(true));
+  for (const auto& [key, value] : full) EXPECT_EQ(value.device(), at::Device(at::kCPU)) << key;
+  dist::set_model_state_dict(
+      other, full, dist::StateDictOptions().full_state_dict(true).broadcast_from_rank0(true));
+  const modhooks::StateDict sharded = dist::get_model_state_dict(other);
+  for (const auto& [key, value] : modhooks::state_dict(bare)) {
+    EXPECT_TRUE(sharded.at(key).equal(value)) << key;
+  }
+  // Each rank's shards load back as they are.
+  dist::set_model_state_dict(net, sharded);
+  for (const auto& [key, value] : dist::get_model_state_dict(net)) {
+    EXPECT_TRUE(value.equal(sharded.at(key))) << key;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, FsdpWorldOfOne, ::testing::Values("gloo", "nccl"),
+                         [](const auto& info) { return info.param; });
+
+/// The errors, on the CPU: each names what went wrong and leaves the model as it was.
+class FsdpErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::filesystem::temp_directory_path() /
+             ("modhooks_fsdp_errors_" + std::to_string(::getpid()));
+    std::filesystem::remove(store_);
+    dist::init_process_group(dist::InitOptions()
+                                 .backend("gloo")
+                                 .init_method("file://" + store_.string())
+                                 .rank(0)
+                                 .world_size(1));
+  }
+  void TearDown() override {
+    dist::destroy_process_group();
+    std::filesystem::remove(store_);
+  }
+  std::filesystem::path store_;
+};
+
+template <class F>
+std::string error_id(F&& f) {
+  try {
+    f();
+  } catch (const modhooks::Error& e) {
+    return e.id();
+  }
+  return "no error";
+}
+
+/// Every parameter of `module`, by name, as the tensor its table holds.
+std::vector<std::pair<std::string, at::Tensor>> parameters(torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : module.named_parameters()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+TEST_F(FsdpErrors, ARefusedCallLeavesTheModelAsItWas) {
+  Net net;
+  // A parameter in another dtype than the group's others: refused before any is sharded.
+  net->head->bias.set_data(net->head->bias.to(at::kDouble));
+  const auto before = parameters(*net);
+  EXPECT_EQ(error_id([&] { dist::fully_shard(net->head); }), "dist.fsdp.mixed_dtypes");
+  const auto after = parameters(*net);
+  ASSERT_EQ(after.size(), before.size());
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(after[i].second.is_same(before[i].second)) << before[i].first;
+  }
+  EXPECT_GT(net->head->weight.storage().nbytes(), 0U);
+  // Sharding the rest works, and then the root refuses to take the odd bias into its group.
+  dist::fully_shard(net->block0);
+  EXPECT_EQ(error_id([&] { dist::fully_shard(net); }), "dist.fsdp.mixed_dtypes");
+}
+
+TEST_F(FsdpErrors, EachMisuseNamesItself) {
+  Net net;
+  dist::fully_shard(net->block0);
+  EXPECT_EQ(error_id([&] { dist::fully_shard(net->block0); }), "dist.fsdp.twice");
+
+  BlockImpl on_stack(4, 4);
+  EXPECT_EQ(error_id([&] { dist::fully_shard(on_stack); }), "dist.fsdp.not_shared");
+
+  auto scalar = std::make_shared<torch::nn::Module>();
+  scalar->register_parameter("s", torch::ones({}));
+  EXPECT_EQ(error_id([&] { dist::fully_shard(scalar); }), "dist.fsdp.scalar_parameter");
+
+  // A sharded submodule run before the root ever ran: the root cannot take it in afterwards.
+  Net early;
+  dist::fully_shard(early->block0);
+  dist::fully_shard(early);
+  modhooks::call(early->block0, torch::ones({2, 13}));
+  EXPECT_EQ(error_id([&] {
+              modhooks::call(early, torch::ones({2, 13}));
+            }),
+            "dist.fsdp.root_not_first");
+
+  Net changed;
+  dist::fully_shard(changed->block0);
+  dist::fully_shard(changed);
+  changed->block0->a->register_parameter("extra", torch::ones({3}));
+  EXPECT_EQ(error_id([&] {
+              modhooks::call(changed, torch::ones({2, 13}));
+            }),
+            "dist.fsdp.module_changed");
+}
+
+TEST_F(FsdpErrors, AStateDictThatDoesNotFitIsRefusedBeforeAnyWrite) {
+  Net net;
+  shard(net);
+  modhooks::StateDict full =
+      dist::get_model_state_dict(net, dist::StateDictOptions().full_state_dict(true));
+  const at::Tensor before = net->named_parameters()["head.weight"].clone();
+  modhooks::StateDict missing = full;
+  missing.erase("block1.b.bias");
+  missing.insert_or_assign("head.weight", full.at("head.weight") + 7);
+  const auto options = dist::StateDictOptions().full_state_dict(true);
+  EXPECT_EQ(error_id([&] { dist::set_model_state_dict(net, missing, options); }),
+            "dist.fsdp.state_dict_keys");
+  EXPECT_TRUE(net->named_parameters()["head.weight"].equal(before));
+  modhooks::StateDict wrong = full;
+  wrong.insert_or_assign("block1.b.bias", torch::zeros({3}));
+  EXPECT_EQ(error_id([&] { dist::set_model_state_dict(net, wrong, options); }),
+            "dist.fsdp.state_dict_shape");
+  EXPECT_EQ(error_id([&] {
+              dist::set_model_state_dict(net, full,
+                                         dist::StateDictOptions().broadcast_from_rank0(true));
+            }),
+            "dist.fsdp.broadcast_needs_full");
+}
+
+}  // namespace
