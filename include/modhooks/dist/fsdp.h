@@ -22,7 +22,9 @@ namespace dist {
 /// Python's `MixedPrecisionPolicy`: the dtype the gathered parameters (and the inputs of the
 /// module's forward) take, and the dtype gradients are reduced in. Unset: the parameters' own.
 struct MixedPrecisionPolicy {
+  /// The dtype of the gathered parameters and of the floating inputs of the module's forward.
   TORCH_ARG(std::optional<c10::ScalarType>, param_dtype) = std::nullopt;
+  /// The dtype whole gradients are kept and reduce-scattered in.
   TORCH_ARG(std::optional<c10::ScalarType>, reduce_dtype) = std::nullopt;
 };
 
@@ -31,6 +33,7 @@ struct FullyShardOptions {
   /// Free the gathered parameters after forward (gather again before backward). Unset: true,
   /// but false for the root (the module whose forward runs first), as Python's default.
   TORCH_ARG(std::optional<bool>, reshard_after_forward) = std::nullopt;
+  /// Mixed precision for the group (Python's `mp_policy`).
   TORCH_ARG(MixedPrecisionPolicy, mp_policy) = {};
   /// The group to shard over (Python's one-dimensional `mesh`); null: the default group.
   TORCH_ARG(c10::intrusive_ptr<c10d::ProcessGroup>, process_group) = {};
