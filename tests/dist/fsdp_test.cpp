@@ -180,6 +180,31 @@ TEST_P(FsdpWorldOfOne, StateDictsGoBothWays) {
   }
 }
 
+TEST_P(FsdpWorldOfOne, ACheckpointMovesBetweenDdpFsdpAndOneProcess) {
+  auto [net, bare] = twins();
+  // DDP trains a step and saves its state dict as a file ("module." keys, as Python's).
+  dist::DistributedDataParallel ddp(bare);
+  torch::optim::SGD opt(ddp.parameters(), torch::optim::SGDOptions(0.1));
+  torch::mse_loss(ddp(torch::ones({4, 13}).to(device())), torch::zeros({4, 5}).to(device()))
+      .backward();
+  opt.step();
+  const auto path = store_.string() + ".ddp.pt";
+  modhooks::save(modhooks::state_dict(ddp), path);
+  // The sharded model loads it, and its full state dict loads into one process's model.
+  modhooks::StateDict loaded = modhooks::load(path);
+  std::filesystem::remove(path);
+  dist::consume_prefix_in_state_dict_if_present(loaded, "module.");
+  shard(net);
+  dist::set_model_state_dict(net, loaded, dist::StateDictOptions().full_state_dict(true));
+  Net plain;
+  modhooks::load_state_dict(
+      plain, dist::get_model_state_dict(
+                 net, dist::StateDictOptions().full_state_dict(true).cpu_offload(true)));
+  for (const auto& [key, value] : modhooks::state_dict(bare)) {
+    EXPECT_TRUE(modhooks::state_dict(plain).at(key).equal(value.cpu())) << key;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, FsdpWorldOfOne, ::testing::Values("gloo", "nccl"),
                          [](const auto& info) { return info.param; });
 
