@@ -209,7 +209,7 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
         }
         found.push_back({m, item.key(), param});
       }
-      managed_.push_back({m, ud::parameters_of(*m).size()});
+      managed_.emplace_back(m, ud::parameters_of(*m).size());
     }
     for (const Found& f : found) add_param(*f.owner, f.name, f.param);
     reshard();
