@@ -461,6 +461,9 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
       p.gathered.view({world_, p.padded_numel()}).copy_(rows.narrow(1, offset, p.padded_numel()));
       offset += p.padded_numel();
     }
+    // Gloo's finished work still holds `output` and lets go of it on its own thread, maybe
+    // after the next group's gather began: freed here, a group's flat buffer never outlives it.
+    free_storage(output);
     unsharded_ = true;
   }
 
@@ -522,6 +525,7 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
       output.copy_(input);
     }
     if (post != 1) output.div_(post);
+    free_storage(input);  // as `output` in unshard: gloo's work may keep it a while longer
     offset = 0;
     for (ShardedParam* p : params) {
       at::Tensor part = output;
