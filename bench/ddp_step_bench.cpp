@@ -14,11 +14,12 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "rounds.h"
 
 namespace dist = modhooks::dist;
 
@@ -39,23 +40,10 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: ddp_step_bench <steps> <rounds>\n");
-    return 2;
-  }
-  const int steps = std::atoi(argv[1]), rounds = std::atoi(argv[2]);
-  // Both ranks share the machine's cores; Python's ranks are set the same way.
-  torch::set_num_threads(1);
-  dist::init_process_group(dist::InitOptions().backend("gloo"));
+  const auto [steps, rounds] = bench::start(argc, argv, "ddp_step_bench");
   const int rank = dist::get_rank();
 
   torch::manual_seed(0);
@@ -76,39 +64,12 @@ int main(int argc, char** argv) {
     ddp_opt.step();
     ddp.zero_grad();
   };
-  /// Milliseconds per step of `steps` steps of `step`.
-  auto timed = [&](auto& step) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) step();
-    const std::chrono::duration<double, std::milli> spent =
-        std::chrono::steady_clock::now() - start;
-    return spent.count() / steps;
-  };
-
-  std::vector<double> local_ms, ddp_ms;
-  for (int round = -1; round < rounds; ++round) {
-    // Both ranks start each block together, so a DDP block does not time the other rank's
-    // lateness from the block before.
-    dist::barrier();
-    double l = 0, d = 0;
-    if (round % 2 == 0) {
-      l = timed(local_step);
-      dist::barrier();
-      d = timed(ddp_step);
-    } else {
-      d = timed(ddp_step);
-      dist::barrier();
-      l = timed(local_step);
-    }
-    if (round < 0) continue;  // warm-up: allocator, bucket rebuild after the first DDP step
-    local_ms.push_back(l);
-    ddp_ms.push_back(d);
-  }
+  auto [local_ms, ddp_ms] = bench::alternate(local_step, ddp_step, steps, rounds);
   if (rank == 0) {
     std::printf(
         "{\"impl\": \"modhooks C++\", \"world\": %d, \"steps\": %d, \"rounds\": %d, "
         "\"local_ms\": %.4f, \"ddp_ms\": %.4f}\n",
-        dist::get_world_size(), steps, rounds, median(local_ms), median(ddp_ms));
+        dist::get_world_size(), steps, rounds, bench::median(local_ms), bench::median(ddp_ms));
     std::fflush(stdout);
   }
   dist::barrier();

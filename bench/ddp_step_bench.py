@@ -14,15 +14,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from rounds import alternate, torchrun_json
 
 
 class Mlp(nn.Module):
@@ -59,26 +59,7 @@ def worker(steps, rounds):
         ddp_opt.step()
         ddp_opt.zero_grad()
 
-    def timed(step):
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        return (time.perf_counter() - start) * 1e3 / steps
-
-    local_ms, ddp_ms = [], []
-    for rnd in range(-1, rounds):
-        dist.barrier()
-        if rnd % 2 == 0:
-            lo = timed(local_step)
-            dist.barrier()
-            dd = timed(ddp_step)
-        else:
-            dd = timed(ddp_step)
-            dist.barrier()
-            lo = timed(local_step)
-        if rnd >= 0:
-            local_ms.append(lo)
-            ddp_ms.append(dd)
+    local_ms, ddp_ms = alternate(local_step, ddp_step, steps, rounds)
     if rank == 0:
         print(json.dumps({"impl": "Python DDP", "world": dist.get_world_size(), "steps": steps,
                           "rounds": rounds, "local_ms": statistics.median(local_ms),
@@ -89,13 +70,10 @@ def worker(steps, rounds):
 
 def launch(nproc, *cmd):
     """Runs one torchrun and returns rank 0's JSON line."""
-    exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    out = subprocess.run([exe, "--standalone", "--nproc-per-node", str(nproc), *cmd],
-                         check=True, stdout=subprocess.PIPE, text=True, timeout=600).stdout
-    lines = [line for line in out.splitlines() if line.startswith("{")]
+    lines, out = torchrun_json(nproc, *cmd)
     if len(lines) != 1:
         sys.exit(f"no figures from {cmd}:\n{out}")
-    return json.loads(lines[0])
+    return lines[0]
 
 
 def main():

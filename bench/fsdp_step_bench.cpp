@@ -29,13 +29,14 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <unordered_set>
 #include <vector>
+
+#include "rounds.h"
 
 namespace dist = modhooks::dist;
 
@@ -65,12 +66,6 @@ struct MlpImpl : torch::nn::Module {
   std::vector<torch::nn::Linear> fc;
 };
 TORCH_MODULE(Mlp);
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 /// Bytes of the distinct storages behind `module->parameters()`.
 int64_t storage_bytes(torch::nn::Module& module) {
@@ -139,14 +134,7 @@ std::string memory_json(const char* name, int64_t model_bytes, int64_t shard_byt
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: fsdp_step_bench <steps> <rounds>\n");
-    return 2;
-  }
-  const int steps = std::atoi(argv[1]), rounds = std::atoi(argv[2]);
-  // The ranks share the machine's cores; Python's ranks are set the same way.
-  torch::set_num_threads(1);
-  dist::init_process_group(dist::InitOptions().backend("gloo"));
+  const auto [steps, rounds] = bench::start(argc, argv, "fsdp_step_bench");
   const int rank = dist::get_rank();
 
   torch::manual_seed(0);
@@ -184,34 +172,7 @@ int main(int argc, char** argv) {
     fsdp_loss().backward();
     fsdp_update();
   };
-  /// Milliseconds per step of `steps` steps of `step`.
-  auto timed = [&](auto& step) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) step();
-    const std::chrono::duration<double, std::milli> spent =
-        std::chrono::steady_clock::now() - start;
-    return spent.count() / steps;
-  };
-
-  std::vector<double> local_ms, fsdp_ms;
-  for (int round = -1; round < rounds; ++round) {
-    // All ranks start each block together, so an FSDP block does not time another rank's
-    // lateness from the block before.
-    dist::barrier();
-    double l = 0, f = 0;
-    if (round % 2 == 0) {
-      l = timed(local_step);
-      dist::barrier();
-      f = timed(fsdp_step);
-    } else {
-      f = timed(fsdp_step);
-      dist::barrier();
-      l = timed(local_step);
-    }
-    if (round < 0) continue;  // warm-up: allocator, momentum buffers, FSDP's lazy init
-    local_ms.push_back(l);
-    fsdp_ms.push_back(f);
-  }
+  auto [local_ms, fsdp_ms] = bench::alternate(local_step, fsdp_step, steps, rounds);
 
   dist::barrier();
   const StepPeaks local_peaks = step_peaks(local_loss, local_update);
@@ -227,7 +188,7 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"impl\": \"modhooks C++\", \"rank\": %d, \"world\": %d, \"steps\": %d, "
       "\"rounds\": %d, \"local_ms\": %.4f, \"fsdp_ms\": %.4f, %s, %s}\n",
-      rank, dist::get_world_size(), steps, rounds, median(local_ms), median(fsdp_ms),
+      rank, dist::get_world_size(), steps, rounds, bench::median(local_ms), bench::median(fsdp_ms),
       memory_json("local", local_model_bytes, storage_bytes(*local_net), local_param_extra,
                   local_peaks)
           .c_str(),

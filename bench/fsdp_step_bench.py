@@ -28,9 +28,7 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -38,6 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+
+from rounds import alternate, torchrun_json
 
 HIDDEN, LAYERS = 512, 9
 GROUP_BYTES = (512 * 512 + 512) * 4  # one Linear(512,512), unsharded: 1,050,624
@@ -118,26 +118,7 @@ def worker(steps, rounds, library):
         fsdp_loss().backward()
         fsdp_update()
 
-    def timed(step):
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        return (time.perf_counter() - start) * 1e3 / steps
-
-    local_ms, fsdp_ms = [], []
-    for rnd in range(-1, rounds):
-        dist.barrier()
-        if rnd % 2 == 0:
-            lo = timed(local_step)
-            dist.barrier()
-            fs = timed(fsdp_step)
-        else:
-            fs = timed(fsdp_step)
-            dist.barrier()
-            lo = timed(local_step)
-        if rnd >= 0:
-            local_ms.append(lo)
-            fsdp_ms.append(fs)
+    local_ms, fsdp_ms = alternate(local_step, fsdp_step, steps, rounds)
 
     def peak_beside(f):
         """Peak live bytes while f runs, minus those live before."""
@@ -187,10 +168,7 @@ def worker(steps, rounds, library):
 
 def launch(nproc, *cmd):
     """Runs one torchrun and returns every rank's JSON line, by rank."""
-    exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    out = subprocess.run([exe, "--standalone", "--nproc-per-node", str(nproc), *cmd],
-                         check=True, stdout=subprocess.PIPE, text=True, timeout=600).stdout
-    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    lines, out = torchrun_json(nproc, *cmd)
     if sorted(r["rank"] for r in lines) != list(range(nproc)):
         sys.exit(f"no figures from every rank of {cmd}:\n{out}")
     return sorted(lines, key=lambda r: r["rank"])

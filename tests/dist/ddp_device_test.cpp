@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "world_of_one.h"
+
 namespace dist = modhooks::dist;
 
 namespace {
@@ -40,44 +42,7 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-class DdpWorldOfOne : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (backend() == "nccl") {
-      if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-      if (!dist::is_nccl_available()) GTEST_SKIP() << "NCCL is not compiled into modhooks::dist";
-    }
-    store_ = std::filesystem::temp_directory_path() /
-             ("modhooks_ddp_device_" + backend() + "_" + std::to_string(::getpid()));
-    std::filesystem::remove(store_);
-    dist::init_process_group(dist::InitOptions()
-                                 .backend(backend())
-                                 .init_method("file://" + store_.string())
-                                 .rank(0)
-                                 .world_size(1)
-                                 .timeout(std::chrono::milliseconds(120000)));
-  }
-  void TearDown() override {
-    dist::destroy_process_group();
-    std::filesystem::remove(store_);
-  }
-  std::string backend() const { return GetParam(); }
-  /// A model for DDP and a bare copy of it with the same weights, both on the backend's device.
-  template <class Holder>
-  std::pair<Holder, Holder> twins(std::uint64_t seed) const {
-    torch::manual_seed(seed);
-    Holder net;
-    Holder bare;
-    modhooks::load_state_dict(bare, modhooks::state_dict(net));
-    net->to(device());
-    bare->to(device());
-    return {net, bare};
-  }
-  at::Device device() const {
-    return backend() == "nccl" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
-  }
-  std::filesystem::path store_;
-};
+class DdpWorldOfOne : public WorldOfOne {};
 
 TEST_P(DdpWorldOfOne, TrainsAsTheBareModelWithItsGradientsThroughTheBackend) {
   EXPECT_EQ(dist::get_world_size(), 1);

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "rank_modes.h"
+
 namespace dist = modhooks::dist;
 
 namespace {
@@ -44,26 +46,8 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-/// A mode's own failure (wrong hook count, no error where one was due), as opposed to an
-/// exception of the code under test; both end the run with the mode named.
-struct Failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-/// Runs `f`, which must raise modhooks::Error whose text holds `tag`.
-template <class F>
-void expect_error(const char* tag, F&& f) {
-  try {
-    f();
-  } catch (const modhooks::Error& e) {
-    std::string what = e.what();
-    if (what.find(tag) == std::string::npos) throw Failure("wrong error: " + what);
-    std::cout << "rank " << dist::get_rank() << " raised as expected: " << what.substr(0, 200)
-              << "\n";
-    return;
-  }
-  throw Failure(std::string("no error, expected ") + tag);
-}
+using rank_modes::expect_error;
+using rank_modes::Failure;
 
 /// One parity mode: the training tests/python/ddp_parity.py's `train` does under Python's DDP.
 void train(const std::string& mode, const std::string& dir) {
@@ -183,35 +167,8 @@ void run(const std::string& mode, const std::string& dir) {
   }
 }
 
-/// Whether the process group still works after `mode`.
-bool group_survives(const std::string& mode) { return mode != "error_peer_died"; }
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::cerr << "usage: ddp_parity <dir> <mode>...\n";
-    return 2;
-  }
-  const std::string dir = argv[1];
-  // A rank left waiting for a dead one fails after this rather than Gloo's 30 minutes.
-  dist::init_process_group(
-      dist::InitOptions().backend("gloo").timeout(std::chrono::milliseconds(60000)));
-  for (int i = 2; i < argc; ++i) {
-    const std::string mode = argv[i];
-    try {
-      run(mode, dir);
-    } catch (const std::exception& e) {
-      // The other ranks may wait in a collective of this mode: exit, and torchrun stops them.
-      std::cout << "mode " << mode << ": FAILED on rank " << dist::get_rank() << ": " << e.what()
-                << std::endl;
-      std::exit(1);
-    }
-    if (!group_survives(mode)) return 0;
-    // Rank 0's file is written before any rank starts the next mode or ends.
-    dist::barrier();
-    if (dist::get_rank() == 0) std::cout << "mode " << mode << ": done" << std::endl;
-  }
-  dist::destroy_process_group();
-  return 0;
+  return rank_modes::main_over_modes(argc, argv, "ddp_parity", run);
 }

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "rank_modes.h"
+
 namespace dist = modhooks::dist;
 
 namespace {
@@ -89,24 +91,8 @@ struct NetTwiceImpl : torch::nn::Module {
 };
 TORCH_MODULE(NetTwice);
 
-struct Failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-/// Runs `f`, which must raise modhooks::Error whose text holds `tag`.
-template <class F>
-void expect_error(const char* tag, F&& f) {
-  try {
-    f();
-  } catch (const modhooks::Error& e) {
-    std::string what = e.what();
-    if (what.find(tag) == std::string::npos) throw Failure("wrong error: " + what);
-    std::cout << "rank " << dist::get_rank() << " raised as expected: " << what.substr(0, 200)
-              << "\n";
-    return;
-  }
-  throw Failure(std::string("no error, expected ") + tag);
-}
+using rank_modes::expect_error;
+using rank_modes::Failure;
 
 /// A model of a mode, sharded as its Python twin shards it.
 struct Model {
@@ -260,26 +246,5 @@ void run(const std::string& mode, const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::cerr << "usage: fsdp_parity <dir> <mode>...\n";
-    return 2;
-  }
-  const std::string dir = argv[1];
-  dist::init_process_group(
-      dist::InitOptions().backend("gloo").timeout(std::chrono::milliseconds(60000)));
-  for (int i = 2; i < argc; ++i) {
-    const std::string mode = argv[i];
-    try {
-      run(mode, dir);
-    } catch (const std::exception& e) {
-      std::cout << "mode " << mode << ": FAILED on rank " << dist::get_rank() << ": " << e.what()
-                << std::endl;
-      std::exit(1);
-    }
-    if (mode == "error_peer_died") return 0;
-    dist::barrier();
-    if (dist::get_rank() == 0) std::cout << "mode " << mode << ": done" << std::endl;
-  }
-  dist::destroy_process_group();
-  return 0;
+  return rank_modes::main_over_modes(argc, argv, "fsdp_parity", run);
 }

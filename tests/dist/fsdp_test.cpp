@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "world_of_one.h"
+
 namespace dist = modhooks::dist;
 
 namespace {
@@ -58,46 +60,10 @@ void shard(Net& net) {
   dist::fully_shard(net);
 }
 
-class FsdpWorldOfOne : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (backend() == "nccl") {
-      if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-      if (!dist::is_nccl_available()) GTEST_SKIP() << "NCCL is not compiled into modhooks::dist";
-    }
-    store_ = std::filesystem::temp_directory_path() /
-             ("modhooks_fsdp_" + backend() + "_" + std::to_string(::getpid()));
-    std::filesystem::remove(store_);
-    dist::init_process_group(dist::InitOptions()
-                                 .backend(backend())
-                                 .init_method("file://" + store_.string())
-                                 .rank(0)
-                                 .world_size(1)
-                                 .timeout(std::chrono::milliseconds(120000)));
-  }
-  void TearDown() override {
-    if (dist::is_initialized()) dist::destroy_process_group();
-    std::filesystem::remove(store_);
-  }
-  std::string backend() const { return GetParam(); }
-  at::Device device() const {
-    return backend() == "nccl" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
-  }
-  /// A model and a bare copy with the same weights, on the backend's device.
-  std::pair<Net, Net> twins() const {
-    torch::manual_seed(3);
-    Net net;
-    Net bare;
-    modhooks::load_state_dict(bare, modhooks::state_dict(net));
-    net->to(device());
-    bare->to(device());
-    return {net, bare};
-  }
-  std::filesystem::path store_;
-};
+class FsdpWorldOfOne : public WorldOfOne {};
 
 TEST_P(FsdpWorldOfOne, TrainsAsTheBareModelWithGradientAccumulation) {
-  auto [net, bare] = twins();
+  auto [net, bare] = twins<Net>(3);
   shard(net);
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   torch::optim::SGD bare_opt(bare->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
@@ -139,7 +105,7 @@ TEST_P(FsdpWorldOfOne, TrainsAsTheBareModelWithGradientAccumulation) {
 }
 
 TEST_P(FsdpWorldOfOne, ParametersAreTheShardsAndTheModuleKeepsItsOwnTensors) {
-  auto [net, bare] = twins();
+  auto [net, bare] = twins<Net>(3);
   const at::Tensor member = net->block0->a->weight;
   shard(net);
   // The module's member is still its own tensor (forward reads it); the parameter table holds
@@ -158,7 +124,7 @@ TEST_P(FsdpWorldOfOne, ParametersAreTheShardsAndTheModuleKeepsItsOwnTensors) {
 }
 
 TEST_P(FsdpWorldOfOne, StateDictsGoBothWays) {
-  auto [net, bare] = twins();
+  auto [net, bare] = twins<Net>(3);
   shard(net);
   torch::manual_seed(9);
   Net other;
@@ -181,7 +147,7 @@ TEST_P(FsdpWorldOfOne, StateDictsGoBothWays) {
 }
 
 TEST_P(FsdpWorldOfOne, ACheckpointMovesBetweenDdpFsdpAndOneProcess) {
-  auto [net, bare] = twins();
+  auto [net, bare] = twins<Net>(3);
   // DDP trains a step and saves its state dict as a file ("module." keys, as Python's).
   dist::DistributedDataParallel ddp(bare);
   torch::optim::SGD opt(ddp.parameters(), torch::optim::SGDOptions(0.1));
