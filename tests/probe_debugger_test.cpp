@@ -22,11 +22,17 @@
 
 #include "modhooks/modhooks.h"
 #include "modhooks/probe.h"
+#include "probe_files.h"
 
 namespace mp = modhooks::probe;
 namespace fs = std::filesystem;
 
 namespace {
+
+using probe_files::read_json;
+using probe_files::read_text;
+using probe_files::run;
+using probe_files::step_folder;
 
 // The models of probe_oracle.py, registered in the same order so named_modules() agree.
 struct MLPImpl : torch::nn::Module {
@@ -90,44 +96,6 @@ TORCH_MODULE(Nested);
 
 const std::string kFixtures = MODHOOKS_PROBE_FIXTURES;
 const std::string kOracle = std::string(MODHOOKS_TEST_SOURCE_DIR) + "/python/probe_oracle.py";
-
-/// Runs `command`; its exit status and what it printed.
-std::pair<int, std::string> run(const std::string& command) {
-  std::string out;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-/// A dump.json as nlohmann reads it: Python's NaN and Infinity tokens, which it does not take,
-/// read as null (the tests that need them look at the text).
-nlohmann::ordered_json read_json(const std::string& path) {
-  std::string text = read_text(path);
-  for (const std::string token : {"-Infinity", "Infinity", "NaN"}) {
-    for (auto at = text.find(": " + token); at != std::string::npos;
-         at = text.find(": " + token, at)) {
-      text.replace(at + 2, token.size(), "null");
-    }
-  }
-  return nlohmann::ordered_json::parse(text);
-}
-
-/// The one process folder (proc<pid> or rank<R>) of a step.
-std::string step_folder(const std::string& dump_path, int step) {
-  const fs::path step_dir = fs::path(dump_path) / ("step" + std::to_string(step));
-  for (const auto& entry : fs::directory_iterator(step_dir)) return entry.path().string();
-  return "";
-}
 
 /// probe_oracle.py's training: two steps of SGD, the optimizer stepping after debugger.step().
 /// `skew` changes the model after its weights are loaded, as the oracle's SKEWS do.

@@ -115,6 +115,29 @@ struct DebuggerState : std::enable_shared_from_this<DebuggerState> {
     return true;
   }
 
+  /// The name of the next forward call of `prefix` ("Module.<path>.<Class>."): msprobe's
+  /// counter, per module, from 0 in each step.
+  std::string next_forward(const std::string& prefix) {
+    auto [count, fresh] = forward_count.try_emplace(prefix, 0);
+    if (!fresh) ++count->second;
+    return prefix + "forward." + std::to_string(count->second);
+  }
+
+  /// The "input_args" and "input_kwargs" of a forward record.
+  void record_inputs(const std::string& name, const std::vector<c10::IValue>& args) {
+    if (!(forward && inputs && collects(name))) return;
+    Json fields = Json::object();
+    fields["input_args"] = list_of(args, name + ".input");
+    fields["input_kwargs"] = Json::object();
+    update(name, fields);
+  }
+
+  /// The "output" of a forward record: a list of one record, or a tuple's records.
+  Json output_records(const c10::IValue& output, const std::string& name) const {
+    if (output.isTuple()) return maker.value(output, name + ".output");
+    return Json::array({maker.value(output, name + ".output.0")});
+  }
+
   bool step_dumps() const {
     const bool step_ok = config.step.empty() || std::find(config.step.begin(), config.step.end(),
                                                           step) != config.step.end();
@@ -140,6 +163,15 @@ struct DebuggerState : std::enable_shared_from_this<DebuggerState> {
 
   void leave(const std::string& name) {
     if (!stack.empty()) stack.pop_back();
+    if (!config.scope.empty() && name == config.scope[1]) in_scope = false;
+  }
+
+  /// A point's `leave`: its entry and what was entered after it and never left (a point with an
+  /// input point and no output point is entered and never left: the enclosing point's output
+  /// ends it).
+  void leave_point(const std::string& name) {
+    const auto it = std::find(stack.rbegin(), stack.rend(), name);
+    if (it != stack.rend()) stack.erase(std::next(it).base(), stack.end());
     if (!config.scope.empty() && name == config.scope[1]) in_scope = false;
   }
 
@@ -244,6 +276,11 @@ struct DebuggerState : std::enable_shared_from_this<DebuggerState> {
   /// `parameters`: the module's own, `named_parameters(recurse=False)`.
   std::optional<c10::IValue> forward_hook(const void* module, const c10::IValue& output,
                                           const NamedTensors& parameters);
+  /// A compiled program's point (docs/probe.md): its input point, where it has one, and its
+  /// output point. Forward only: no backward wiring, and no parameters (a point shows none).
+  void point_input(const std::string& prefix, const void* point,
+                   const std::vector<c10::IValue>& args);
+  void point_output(const std::string& prefix, const void* point, const c10::IValue& output);
   void backward_begin(const std::string& name);
   void backward_end(const std::string& name, const std::string& module_name,
                     const TensorList& grad_input, const TensorList& grad_output);
@@ -298,17 +335,10 @@ std::optional<std::vector<c10::IValue>> DebuggerState::pre_hook(
     const std::string& prefix, const void* module, const std::vector<c10::IValue>& args) {
   const std::lock_guard<std::mutex> lock(mutex);
   if (!running) return std::nullopt;
-  auto [count, fresh] = forward_count.try_emplace(prefix, 0);
-  if (!fresh) ++count->second;
-  const std::string index = std::to_string(count->second);
-  const std::string name = prefix + "forward." + index;
+  const std::string name = next_forward(prefix);
+  const std::string index = name.substr(name.rfind('.') + 1);
   enter(name);
-  if (forward && inputs && collects(name)) {
-    Json fields = Json::object();
-    fields["input_args"] = list_of(args, name + ".input");
-    fields["input_kwargs"] = Json::object();
-    update(name, fields);
-  }
+  record_inputs(name, args);
   auto backward = c10::make_intrusive<ProbeBackward>(
       shared_from_this(), prefix + "backward." + index, prefix.substr(0, prefix.size() - 1));
   pending[module].push_back(Pending{name, backward});
@@ -336,11 +366,7 @@ std::optional<c10::IValue> DebuggerState::forward_hook(const void* module,
   if (!running) return std::nullopt;
   if (forward && outputs && collects(call.name)) {
     Json fields = Json::object();
-    if (output.isTuple()) {
-      fields["output"] = maker.value(output, call.name + ".output");
-    } else {
-      fields["output"] = Json::array({maker.value(output, call.name + ".output.0")});
-    }
+    fields["output"] = output_records(output, call.name);
     Json records = Json::object();
     for (const auto& [param_name, param] : parameters) {
       records[param_name] = maker.tensor(param, call.name + ".parameters." + param_name + ".pt");
@@ -366,6 +392,41 @@ std::optional<c10::IValue> DebuggerState::forward_hook(const void* module,
     return c10::IValue(c10::ivalue::Tuple::create(std::move(items)));
   }
   return std::nullopt;
+}
+
+void DebuggerState::point_input(const std::string& prefix, const void* point,
+                                const std::vector<c10::IValue>& args) {
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!running) return;
+  const std::string name = next_forward(prefix);
+  enter(name);
+  record_inputs(name, args);
+  pending[point].push_back(Pending{name, nullptr});
+}
+
+void DebuggerState::point_output(const std::string& prefix, const void* point,
+                                 const c10::IValue& output) {
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::string name;
+  auto calls = pending.find(point);
+  if (calls != pending.end() && !calls->second.empty()) {
+    name = std::move(calls->second.back().name);
+    calls->second.pop_back();
+  }
+  if (!running) return;
+  if (name.empty()) {
+    // A point without an input point: its call is seen here only, where msprobe's entry takes
+    // its place in dump.json anyway (an entry moves to the end when its output arrives).
+    name = next_forward(prefix);
+    enter(name);
+  }
+  if (forward && outputs && collects(name)) {
+    // No "parameters": a point shows none of its module's tensors (docs/probe.md).
+    Json fields = Json::object();
+    fields["output"] = output_records(output, name);
+    update(name, fields);
+  }
+  leave_point(name);
 }
 
 void DebuggerState::backward_begin(const std::string& name) {
@@ -527,6 +588,26 @@ void PrecisionDebugger::start(const torch::jit::Module& model) {
     const std::string class_name = item.value.type()->name()->name();
     detail::hook_module<torch::jit::Module>(state_, item.value,
                                             "Module." + item.name + "." + class_name + ".");
+  }
+}
+
+void PrecisionDebugger::start_points(const std::vector<detail::PointSite>& sites) {
+  const std::lock_guard<std::mutex> lock(state_->mutex);
+  if (!state_->begin_start()) return;
+  const std::weak_ptr<detail::DebuggerState> weak = state_;
+  for (const detail::PointSite& site : sites) {
+    if (site.name.empty()) continue;  // the root's point, which msprobe does not dump either
+    const std::string prefix = "Module." + site.name + "." + site.type_name + ".";
+    if (site.has_inputs) {
+      state_->handles.push_back(site.add_pre_hook(
+          [weak, prefix](const void* point, const std::vector<c10::IValue>& args) {
+            if (auto s = weak.lock()) s->point_input(prefix, point, args);
+          }));
+    }
+    state_->handles.push_back(
+        site.add_forward_hook([weak, prefix](const void* point, const c10::IValue& output) {
+          if (auto s = weak.lock()) s->point_output(prefix, point, output);
+        }));
   }
 }
 

@@ -1,8 +1,16 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""msprobe as the oracle of modhooks::probe (tests/probe_debugger_test.cpp).
+"""msprobe as the oracle of modhooks::probe (tests/probe_debugger_test.cpp, probe_program_test.cpp).
 
     probe_oracle.py models OUT            weights and inputs of the test models, as torch.save files,
                                            and each model scripted (OUT/<model>_scripted.pt)
+    probe_oracle.py program OUT BACKEND    the model "program" exported with hook points, compiled
+                                           for BACKEND (aoti: OUT/program.pt2, executorch:
+                                           OUT/program.pte), with its weights and inputs beside it;
+                                           OUT is reused while this script, modhooks' Python
+                                           package and torch stay the same (OUT/stamp)
+    probe_oracle.py infer OUT MODEL CONFIG msprobe's own dump of MODEL's forward passes under
+                                           no_grad, as a compiled program runs them (forward only:
+                                           no backward entries)
     probe_oracle.py dump OUT MODEL CONFIG [SKEW]
                                            msprobe's own dump of MODEL's two training steps;
                                            with SKEW, of the model with one module computing
@@ -28,6 +36,7 @@ Exit status 77 where msprobe is not installed (the C++ test skips, saying so); 7
 in md5 mode where LIBTORCH is not this torch's version (every computed CRC may differ).
 """
 import glob
+import hashlib
 import json
 import os
 import pathlib
@@ -75,7 +84,44 @@ class Nested(nn.Module):
         return self.seq(self.shared(self.block(self.shared(x))))
 
 
-MODELS = {"mlp": (MLP, 4), "nested": (Nested, 3)}
+class Pair(nn.Module):
+    """Returns a tuple."""
+
+    def forward(self, x):
+        return x * 2, x + 1
+
+
+class Program(nn.Module):
+    """What the compiled programs' test exports (`program`): a module called twice (`shared`), a
+    user's class (`Block`), a tuple output (`pair`) and a Sequential; every submodule a point,
+    on its inputs and its output, but `block.act` (its inputs only) and `seq.1` (its output
+    only): output_points and input_points."""
+
+    def __init__(self):
+        super().__init__()
+        self.shared = nn.Linear(3, 3)
+        self.block = Block()
+        self.pair = Pair()
+        self.seq = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+
+    def forward(self, x):
+        u, v = self.pair(self.shared(self.block(self.shared(x))))
+        return self.seq(u + v)
+
+
+MODELS = {"mlp": (MLP, 4), "nested": (Nested, 3), "program": (Program, 3)}
+
+
+def output_points(name, module):
+    """The modules whose output the program exports as a point: every submodule but `block.act`,
+    whose record then has no output."""
+    return name not in ("", "block.act")
+
+
+def input_points(name, module):
+    """The modules whose inputs the program exports as a point: every submodule but `seq.1`,
+    whose record then has no inputs."""
+    return name not in ("", "seq.1")
 
 
 class SkewedReLU(nn.Module):
@@ -101,18 +147,62 @@ def skew_weight(model):
 SKEWS = {"act": skew_act, "weight": skew_weight}
 
 
+def fresh(name):
+    """MODEL `name` with its weights, and its inputs, each step's: the same on every call."""
+    cls, width = MODELS[name]
+    torch.manual_seed(0)
+    model = cls()
+    inputs = {f"x{step}": torch.randn(5, width) for step in range(STEPS)}
+    return model, inputs
+
+
 def write_models(out):
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, (cls, width) in MODELS.items():
-        torch.manual_seed(0)
-        model = cls()
+    for name in ("mlp", "nested"):
+        model, inputs = fresh(name)
         torch.save(model.state_dict(), out / f"{name}.pt")
         # The same model and weights scripted, which the C++ test runs as a TorchScript model
         # against msprobe's eager run (msprobe cannot hook a ScriptModule).
         torch.jit.script(model).save(str(out / f"{name}_scripted.pt"))
-        inputs = {f"x{step}": torch.randn(5, width) for step in range(STEPS)}
         torch.save(inputs, out / f"{name}_inputs.pt")
+
+
+def program_stamp(backend):
+    root = pathlib.Path(__file__).resolve().parent.parent.parent
+    digest = hashlib.sha256(f"{torch.__version__} {backend}".encode())
+    for path in [pathlib.Path(__file__)] + sorted((root / "python" / "modhooks").glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def write_program(out, backend):
+    """The model "program" exported with points as output_points and input_points say and
+    compiled for `backend`, beside its weights and inputs (program.pt, program_inputs.pt);
+    skipped where OUT's stamp says it is up to date."""
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = out / "stamp"
+    if stamp.exists() and stamp.read_text() == program_stamp(backend):
+        print(f"{out}: up to date")
+        return 0
+    stamp.unlink(missing_ok=True)
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent.parent / "python"))
+    import modhooks.export as mhx
+
+    model, inputs = fresh("program")
+    model.eval()
+    torch.save(model.state_dict(), out / "program.pt")
+    torch.save(inputs, out / "program_inputs.pt")
+    ep = mhx.export(model, (inputs["x0"],), points=output_points, inputs=input_points,
+                    backend=backend)
+    if backend == "aoti":
+        mhx.aoti_compile_and_package(ep, package_path=str(out / "program.pt2"))
+    else:
+        mhx.to_executorch(ep, str(out / "program.pte"))
+    stamp.write_text(program_stamp(backend))
+    print(f"{out}: {len(mhx.point_table(ep))} points")
+    return 0
 
 
 def train(model, inputs, debugger):
@@ -128,22 +218,49 @@ def train(model, inputs, debugger):
         opt.zero_grad()
 
 
-def dump(out, model_name, config_path, skew=None):
+def debugged(out, model_name, config_path):
+    """The model of `model_name` with its weights, its inputs, and msprobe's debugger on
+    config_path; None where msprobe is not installed."""
     try:
         from msprobe.pytorch import PrecisionDebugger
     except ImportError:
         print("msprobe (mindstudio-probe) is not installed")
-        return SKIP
+        return None
     out = pathlib.Path(out)
     cls, _ = MODELS[model_name]
     model = cls()
     model.load_state_dict(torch.load(out / f"{model_name}.pt", weights_only=True))
-    if skew is not None:
-        SKEWS[skew](model)
     inputs = torch.load(out / f"{model_name}_inputs.pt", weights_only=True)
     config = json.loads(pathlib.Path(config_path).read_text())
     debugger = PrecisionDebugger(config_path=str(config_path), dump_path=config["dump_path"])
+    return model, inputs, debugger
+
+
+def dump(out, model_name, config_path, skew=None):
+    found = debugged(out, model_name, config_path)
+    if found is None:
+        return SKIP
+    model, inputs, debugger = found
+    if skew is not None:
+        SKEWS[skew](model)
     train(model, inputs, debugger)
+    return 0
+
+
+def infer(out, model_name, config_path):
+    """msprobe's dump of STEPS forward passes under no_grad, one a step: what a compiled program
+    runs. The weights stay as loaded (no optimizer)."""
+    found = debugged(out, model_name, config_path)
+    if found is None:
+        return SKIP
+    model, inputs, debugger = found
+    model.eval()
+    for step in range(STEPS):
+        debugger.start(model)
+        with torch.no_grad():
+            model(inputs[f"x{step}"])
+        debugger.stop()
+        debugger.step()
     return 0
 
 
@@ -285,6 +402,10 @@ if __name__ == "__main__":
     command = sys.argv[1]
     if command == "models":
         sys.exit(write_models(sys.argv[2]) or 0)
+    if command == "program":
+        sys.exit(write_program(sys.argv[2], sys.argv[3]))
+    if command == "infer":
+        sys.exit(infer(*sys.argv[2:5]))
     if command == "dump":
         sys.exit(dump(*sys.argv[2:6]))
     if command == "compare":

@@ -1,0 +1,60 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+//
+// What the probe tests share: running the Python oracle, and reading the dumps they compare.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <utility>
+
+namespace probe_files {
+
+/// Runs `command`; its exit status and what it printed.
+inline std::pair<int, std::string> run(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// A dump.json as nlohmann reads it: Python's NaN and Infinity tokens, which it does not take,
+/// read as null (the tests that need them look at the text).
+inline nlohmann::ordered_json read_json(const std::string& path) {
+  std::string text = read_text(path);
+  for (const std::string token : {"-Infinity", "Infinity", "NaN"}) {
+    for (auto at = text.find(": " + token); at != std::string::npos;
+         at = text.find(": " + token, at)) {
+      text.replace(at + 2, token.size(), "null");
+    }
+  }
+  return nlohmann::ordered_json::parse(text);
+}
+
+/// The one process folder (proc<pid> or rank<R>) of a step.
+inline std::string step_folder(const std::string& dump_path, int step) {
+  const std::filesystem::path step_dir =
+      std::filesystem::path(dump_path) / ("step" + std::to_string(step));
+  for (const auto& entry : std::filesystem::directory_iterator(step_dir)) {
+    return entry.path().string();
+  }
+  return "";
+}
+
+}  // namespace probe_files
