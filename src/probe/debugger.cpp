@@ -401,7 +401,7 @@ void DebuggerState::point_input(const std::string& prefix, const void* point,
   const std::string name = next_forward(prefix);
   enter(name);
   record_inputs(name, args);
-  pending[point].push_back(Pending{name, nullptr});
+  pending[point].push_back(Pending{name, {}});
 }
 
 void DebuggerState::point_output(const std::string& prefix, const void* point,
