@@ -205,8 +205,8 @@ PROBE_TEST(PROBE_PROGRAM, ForwardEntriesOnlyWithWhatAPointShows) {
       } else {
         ASSERT_TRUE(record.contains("input_args")) << name;
         EXPECT_EQ(record["input_args"].size(), 1U) << name;
-        EXPECT_EQ(record["input_args"][0]["shape"], nlohmann::json::array({5, 3})) << name;
-        EXPECT_EQ(record["input_kwargs"], nlohmann::json::object()) << name;
+        EXPECT_EQ(record["input_args"][0]["shape"], nlohmann::ordered_json::array({5, 3})) << name;
+        EXPECT_EQ(record["input_kwargs"], nlohmann::ordered_json::object()) << name;
       }
     }
     // The forward of `shared`'s second call takes the first's output through block.
