@@ -31,16 +31,11 @@
 #include <string>
 #include <vector>
 
+#include "alternate.h"
+
 namespace mp = modhooks::probe;
 
 namespace {
-
-/// The median of `values` (the mean of the middle two for an even count), as bench::median.
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 /// One copy of the scripted model and its optimizer.
 struct Trainer {
@@ -94,30 +89,11 @@ int main(int argc, char** argv) {
     probed.opt.step();
     probed.opt.zero_grad();
   };
-  auto timed = [steps](auto& step) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) step();
-    const std::chrono::duration<double, std::milli> spent =
-        std::chrono::steady_clock::now() - start;
-    return spent.count() / steps;
-  };
-  std::vector<double> plain_ms, probed_ms;
-  for (int round = -1; round < rounds; ++round) {
-    double p = 0, m = 0;
-    if (round % 2 == 0) {
-      p = timed(plain_step);
-      m = timed(probed_step);
-    } else {
-      m = timed(probed_step);
-      p = timed(plain_step);
-    }
-    if (round < 0) continue;  // warm-up: the executor's profiling runs, allocators, first files
-    plain_ms.push_back(p);
-    probed_ms.push_back(m);
-  }
+  auto [plain_ms, probed_ms] = bench::alternate(plain_step, probed_step, steps, rounds, [] {});
   std::printf(
       "{\"impl\": \"modhooks C++%s\", \"steps\": %d, \"rounds\": %d, \"plain_ms\": %.4f, "
       "\"dump_ms\": %.4f}\n",
-      instrumented ? " instrumented" : "", steps, rounds, median(plain_ms), median(probed_ms));
+      instrumented ? " instrumented" : "", steps, rounds, bench::median(plain_ms),
+      bench::median(probed_ms));
   return 0;
 }

@@ -222,13 +222,8 @@ TEST_P(ProbeAgainstMsprobe, CompareMatchesAndPassesEveryRow) {
       train(model, model_name, debugger);
     }
   }
-  std::string pairs;
-  for (int step = 0; step < 2; ++step) {
-    pairs += " " + step_folder(dir + "/cpp", step) + "/dump.json " +
-             step_folder(dir + "/python", step) + "/dump.json";
-  }
-  const auto [status, log] = run(std::string(MODHOOKS_PYTHON) + " " + kOracle + " compare " +
-                                 libtorch_version() + " " + dir + pairs);
+  const auto [status, log] =
+      probe_files::compare_steps(MODHOOKS_PYTHON, kOracle, libtorch_version(), dir, 2);
   if (status == 77) GTEST_SKIP() << "msprobe is not installed: " << log;
   EXPECT_EQ(status, 0) << log;
   std::cout << log.substr(log.rfind("== ")) << "\n";

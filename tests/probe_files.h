@@ -57,4 +57,19 @@ inline std::string step_folder(const std::string& dump_path, int step) {
   return "";
 }
 
+/// msprobe's compare, through the oracle `python oracle compare ...`, of the C++ dump under
+/// `dir`/cpp against the Python dump under `dir`/python, step by step; its exit status (77:
+/// msprobe is not installed) and what it printed.
+inline std::pair<int, std::string> compare_steps(const std::string& python,
+                                                 const std::string& oracle,
+                                                 const std::string& libtorch,
+                                                 const std::string& dir, int steps) {
+  std::string pairs;
+  for (int step = 0; step < steps; ++step) {
+    pairs += " " + step_folder(dir + "/cpp", step) + "/dump.json " +
+             step_folder(dir + "/python", step) + "/dump.json";
+  }
+  return run(python + " " + oracle + " compare " + libtorch + " " + dir + pairs);
+}
+
 }  // namespace probe_files

@@ -124,17 +124,12 @@ PROBE_TEST_P(PROBE_PROGRAM_AGAINST, CompareMatchesAndPassesEveryRow) {
     mp::PrecisionDebugger debugger(config);
     infer(debugger);
   }
-  std::string pairs;
-  for (int step = 0; step < 2; ++step) {
-    pairs += " " + step_folder(dir + "/cpp", step) + "/dump.json " +
-             step_folder(dir + "/python", step) + "/dump.json";
-  }
   // compare's rows are the C++ run's: every one matched (the Python run's parameter rows, the
   // output of `block.act` and the inputs of `seq.1`, which the program does not show, have
   // none) and passed; with md5,
   // every CRC equal. The oracle also checks that both dumps hold the same entries in order.
-  const auto [status, log] = run(std::string(MODHOOKS_PYTHON) + " " + kOracle + " compare " +
-                                 libtorch_version() + " " + dir + pairs);
+  const auto [status, log] =
+      probe_files::compare_steps(MODHOOKS_PYTHON, kOracle, libtorch_version(), dir, 2);
   if (status == 77) GTEST_SKIP() << "msprobe is not installed: " << log;
   EXPECT_EQ(status, 0) << log;
   std::cout << log.substr(log.rfind("== ")) << "\n";
