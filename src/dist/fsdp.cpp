@@ -94,8 +94,8 @@ struct Context {
 
 /// The states of fully_shard calls, by module: the parent's call leaves its children's
 /// parameters to them, and the root's first forward finds every state below it. The registry
-/// owns them (the hooks hold weak references); a state goes at the first look after its module
-/// died.
+/// owns them (the hooks hold weak references); the states of modules that died go at the next
+/// fully_shard.
 std::mutex registry_mutex;
 std::unordered_map<const torch::nn::Module*, std::shared_ptr<ShardState>> registry;
 
@@ -579,9 +579,6 @@ variable_list RegisterPostBackward::backward(torch::autograd::AutogradContext* c
 
 std::shared_ptr<ShardState> state_of(const torch::nn::Module& module) {
   std::lock_guard<std::mutex> lock(registry_mutex);
-  for (auto it = registry.begin(); it != registry.end();) {
-    it = it->second->module_alive() ? std::next(it) : registry.erase(it);
-  }
   auto it = registry.find(&module);
   return it != registry.end() && it->second->shards(module) ? it->second : nullptr;
 }
@@ -656,6 +653,9 @@ void fully_shard(torch::nn::Module& module, const FullyShardOptions& options) {
       },
       ForwardHookOptions().always_call(true));
   std::lock_guard<std::mutex> lock(registry_mutex);
+  for (auto it = registry.begin(); it != registry.end();) {
+    it = it->second->module_alive() ? std::next(it) : registry.erase(it);
+  }
   registry[&module] = std::move(state);
 }
 
