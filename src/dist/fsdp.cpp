@@ -61,12 +61,19 @@ void allocate_storage(const at::Tensor& t, std::size_t nbytes) {
 struct ShardedParam {
   torch::nn::Module* owner = nullptr;  ///< the module whose table holds it
   std::string name;                    ///< its key there
-  /// The module's own tensor (what its forward reads): the whole parameter while the group is
-  /// gathered, its storage freed otherwise. It keeps its TensorImpl and version counter, so
-  /// what autograd saved of it is refilled by the next gather.
+  /// The module's member for this parameter (Python's attribute), where the module has one
+  /// that `find_member` knows: it holds `unsharded` while the group is gathered and `shard`
+  /// otherwise, as the parameter table does (Python's `_setattr_on_modules`).
+  ud::Member member;
+  /// The tensor the module held at fully_shard, kept as the whole parameter (Python's
+  /// `_unsharded_param`): a view of `gathered` while the group is gathered, a view of the shard
+  /// otherwise, so that a handle to it taken before fully_shard never reads freed storage. It
+  /// keeps its TensorImpl and version counter, so what autograd saved of it reads the next
+  /// gather.
   at::Tensor unsharded;
-  /// `chunk_rows * world` rows over `unsharded`'s storage, with a version counter of its own:
-  /// the gather writes through it without changing what autograd checks of `unsharded`.
+  /// `chunk_rows * world` rows, `unsharded`'s storage while gathered, with a version counter of
+  /// its own: the gather writes through it without changing what autograd checks of
+  /// `unsharded`. Its storage is freed between gathers; views of it autograd saved keep it.
   at::Tensor gathered;
   at::Tensor padded;  ///< this rank's shard padded to `chunk_rows` (Python's _sharded_param_data)
   at::Tensor shard;   ///< `padded`'s first `local_rows` rows: the registered parameter
@@ -182,6 +189,7 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
       torch::nn::Module* owner;
       std::string name;
       at::Tensor param;
+      ud::Member member;
     };
     std::vector<Found> found;
     std::unordered_set<const c10::TensorImpl*> seen;
@@ -207,11 +215,14 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
                         c10::toString(found.front().param.scalar_type()) +
                         "); shard the module that holds it in a group of its own first");
         }
-        found.push_back({m, item.key(), param});
+        ud::Member member = ud::find_member(*m, item.key());
+        if (member && !member.get().is_same(param)) member = ud::Member();
+        found.push_back({m, item.key(), param, member});
       }
       managed_.emplace_back(m, ud::parameters_of(*m).size());
     }
-    for (const Found& f : found) add_param(*f.owner, f.name, f.param);
+    for (const Found& f : found) add_param(*f.owner, f.name, f.param, f.member);
+    if (!found.empty()) gather_by_broadcast_ = backend_name(found.front().param.device()) == "gloo";
     reshard();
   }
 
@@ -325,10 +336,12 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
                : param.scalar_type();
   }
 
-  void add_param(torch::nn::Module& owner, const std::string& name, const at::Tensor& param) {
+  void add_param(torch::nn::Module& owner, const std::string& name, const at::Tensor& param,
+                 const ud::Member& member) {
     ShardedParam p;
     p.owner = &owner;
     p.name = name;
+    p.member = member;
     p.unsharded = param;
     p.sizes = param.sizes().vec();
     p.rows = param.size(0);
@@ -352,13 +365,21 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
       gathered_sizes[0] = p.chunk_rows * world_;
       p.gathered = at::empty(gathered_sizes, param.options().dtype(compute));
       p.unsharded.mutable_grad().reset();
-      p.unsharded.set_data(p.gathered.narrow(0, 0, p.rows));
       if (p.grad_dtype != compute && p.unsharded.requires_grad()) {
         p.unsharded.set_grad_dtype(p.grad_dtype);
       }
     }
-    ud::parameters_of(owner)[name] = p.shard;
     params_.push_back(std::move(p));
+  }
+
+  /// The name of the group's backend for tensors on `device` ("gloo", "nccl"); empty where the
+  /// group has none for it (its collectives then fail and say so).
+  std::string backend_name(const at::Device& device) const {
+    try {
+      return group_->getBackend(device.type())->getBackendName();
+    } catch (const c10::Error&) {
+      return {};
+    }
   }
 
   /// A module of the group that gained, lost or swapped a parameter after fully_shard.
@@ -372,7 +393,7 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
         if (!item.value().defined()) continue;
         while (i < params_.size() && params_[i].owner != module) ++i;
         same = i < params_.size() &&
-               params_[i].shard.unsafeGetTensorImpl() == item.value().unsafeGetTensorImpl();
+               shown(params_[i]).unsafeGetTensorImpl() == item.value().unsafeGetTensorImpl();
         ++i;
       }
       if (!same) {
@@ -436,40 +457,89 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
     unshard();
   }
 
-  /// One all-gather of the group's padded shards, copied out into each whole parameter.
+  /// The group's padded shards from every rank, in each whole parameter: one all-gather of one
+  /// flat buffer copied out (Python's), or on Gloo one broadcast per rank and parameter straight
+  /// into the parameter's rows. Gloo's all-gather copies through a second flat buffer of its
+  /// own, so there the flat all-gather holds two groups' whole size beside the shards, Python's
+  /// three; the broadcasts hold none beside the whole parameters and move the same bytes.
   void unshard() {
     if (unsharded_) return;
-    const c10::ScalarType dtype = params_.front().gathered.scalar_type();
-    int64_t input_numel = 0;
-    for (const ShardedParam& p : params_) input_numel += p.padded_numel();
     torch::NoGradGuard no_grad;
-    at::Tensor output =
-        at::empty({input_numel * world_}, params_.front().padded.options().dtype(dtype));
-    at::Tensor input = output.narrow(0, input_numel * rank_, input_numel);
-    int64_t offset = 0;
-    for (const ShardedParam& p : params_) {
-      input.narrow(0, offset, p.padded_numel()).copy_(p.padded.reshape({-1}));
-      offset += p.padded_numel();
+    for (ShardedParam& p : params_) allocate_storage(p.gathered, p.gathered_bytes(world_));
+    if (world_ > 1 && gather_by_broadcast_) {
+      for (int root = 0; root < world_; ++root) {
+        for (ShardedParam& p : params_) {
+          if (p.padded_numel() == 0) continue;
+          at::Tensor rows = p.gathered.view({world_, p.padded_numel()})[root];
+          if (root == rank_) rows.copy_(p.padded.reshape({-1}));
+          std::vector<at::Tensor> tensors{rows};
+          c10d::BroadcastOptions opts;
+          opts.rootRank = root;
+          translate("broadcast", [&] { group_->broadcast(tensors, opts)->wait(); });
+        }
+      }
+    } else {
+      int64_t part_numel = 0;
+      for (const ShardedParam& p : params_) part_numel += p.padded_numel();
+      at::Tensor output =
+          at::empty({part_numel * world_},
+                    params_.front().padded.options().dtype(params_.front().gathered.scalar_type()));
+      at::Tensor part = output.narrow(0, part_numel * rank_, part_numel);
+      int64_t offset = 0;
+      for (const ShardedParam& p : params_) {
+        part.narrow(0, offset, p.padded_numel()).copy_(p.padded.reshape({-1}));
+        offset += p.padded_numel();
+      }
+      if (world_ > 1) {
+        translate("all_gather", [&] { group_->all_gather_single(output, part)->wait(); });
+      }
+      at::Tensor rows = output.view({world_, part_numel});
+      offset = 0;
+      for (ShardedParam& p : params_) {
+        p.gathered.view({world_, p.padded_numel()}).copy_(rows.narrow(1, offset, p.padded_numel()));
+        offset += p.padded_numel();
+      }
+      // The finished work may still hold `output` and let go of it later (Gloo's, on its own
+      // thread): freed here, a group's flat buffer never outlives its gather.
+      free_storage(output);
     }
-    if (world_ > 1) {
-      translate("all_gather", [&] { group_->all_gather_single(output, input)->wait(); });
-    }
-    at::Tensor rows = output.view({world_, input_numel});
-    offset = 0;
-    for (ShardedParam& p : params_) {
-      allocate_storage(p.gathered, p.gathered_bytes(world_));
-      p.gathered.view({world_, p.padded_numel()}).copy_(rows.narrow(1, offset, p.padded_numel()));
-      offset += p.padded_numel();
-    }
-    // Gloo's finished work still holds `output` and lets go of it on its own thread, maybe
-    // after the next group's gather began: freed here, a group's flat buffer never outlives it.
-    free_storage(output);
     unsharded_ = true;
+    for (ShardedParam& p : params_) {
+      // Python's set_requires_grad_if_needed: a shard frozen by the user freezes the whole.
+      if (p.unsharded.requires_grad() != p.shard.requires_grad()) {
+        p.unsharded.requires_grad_(p.shard.requires_grad());
+      }
+      p.unsharded.set_data(p.gathered.narrow(0, 0, p.rows));
+    }
+    show_all();
   }
 
   void reshard() {
-    for (ShardedParam& p : params_) free_storage(p.gathered);
+    torch::NoGradGuard no_grad;
     unsharded_ = false;
+    for (ShardedParam& p : params_) {
+      free_storage(p.gathered);
+      p.unsharded.set_data(p.shard);
+    }
+    show_all();
+  }
+
+  /// The tensor the module shows for `p`: the whole parameter while gathered, else the shard.
+  const at::Tensor& shown(const ShardedParam& p) const {
+    return unsharded_ ? p.unsharded : p.shard;
+  }
+
+  /// Puts each `shown(p)` in the module's parameter table and its member (Python's
+  /// `_setattr_on_modules`), so forward reads the whole parameters and everything else the
+  /// shards; not into a module that died before a backward's final callback reshards it.
+  void show_all() const {
+    const std::shared_ptr<torch::nn::Module> alive = module_.lock();
+    if (!alive) return;
+    for (const ShardedParam& p : params_) {
+      const at::Tensor& value = shown(p);
+      ud::parameters_of(*p.owner)[p.name] = value;
+      if (p.member) p.member.get() = value;
+    }
   }
 
   /// Python's foreach_reduce: the gradients laid out as `(world, -1)` (each padded to
@@ -532,8 +602,11 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
       if (p->shard.scalar_type() != reduce_dtype) part = output.to(p->shard.scalar_type());
       std::vector<int64_t> sizes = p->sizes;
       sizes[0] = p->local_rows;
-      at::Tensor grad =
-          part.as_strided(sizes, c10::contiguous_strides(sizes), part.storage_offset() + offset);
+      // Over the output's storage but not a view of it, so that an optimizer's zero_grad can
+      // detach it in place (libtorch's Optimizer::zero_grad refuses views).
+      at::Tensor grad = at::empty({0}, part.options())
+                            .set_(part.storage(), part.storage_offset() + offset, sizes,
+                                  c10::contiguous_strides(sizes));
       if (p->shard.grad().defined()) {
         p->shard.mutable_grad().add_(grad);
       } else {
@@ -557,6 +630,7 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
   Training group_training_ = Training::kIdle;
   bool unsharded_ = true;  // until shard() frees the whole parameters
   bool reduce_grads_ = true;
+  bool gather_by_broadcast_ = false;
 };
 
 variable_list RegisterPostBackward::forward(torch::autograd::AutogradContext* ctx,
@@ -677,8 +751,10 @@ std::unordered_map<std::string, ShardRef> shards_by_key(
     torch::nn::Module& module, const std::vector<std::shared_ptr<ShardState>>& states) {
   std::unordered_map<const c10::TensorImpl*, ShardRef> by_impl;
   for (const auto& s : states) {
-    for (const ShardedParam& p : s->params())
+    for (const ShardedParam& p : s->params()) {
       by_impl[p.shard.unsafeGetTensorImpl()] = {s.get(), &p};
+      by_impl[p.unsharded.unsafeGetTensorImpl()] = {s.get(), &p};  // read inside a forward
+    }
   }
   std::unordered_map<std::string, ShardRef> out;
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {

@@ -146,7 +146,8 @@ Model build(const std::string& mode, const modhooks::StateDict* init) {
   if (mode == "mlp") {
     auto after = modhooks::register_forward_hook(
         net->fc2, [](torch::nn::Module& m, const auto&, const auto&) {
-          if (static_cast<torch::nn::LinearImpl&>(m).weight.storage().nbytes() != 0) {
+          const at::Tensor& w = static_cast<torch::nn::LinearImpl&>(m).weight;
+          if (w.size(0) == 17 || !w.is_same(m.named_parameters(false)["weight"])) {
             throw Failure("a hook registered after fully_shard ran before the reshard");
           }
         });
@@ -190,6 +191,15 @@ void train(const std::string& mode, const std::string& dir) {
     }
     opt->step();
     dist::zero_grad(model.root);
+    // Between steps each layer's member is its shard (Python's `module.weight`), and reads.
+    for (const auto& m : model.root->modules()) {
+      auto* linear = dynamic_cast<torch::nn::LinearImpl*>(m.get());
+      if (linear == nullptr) continue;
+      if (!linear->weight.is_same(linear->named_parameters(false)["weight"]) ||
+          !linear->weight.isfinite().all().item<bool>()) {
+        throw Failure("a layer's member is not its shard between steps");
+      }
+    }
   }
   modhooks::StateDict shards;
   for (const auto& item : model.root->named_parameters()) {

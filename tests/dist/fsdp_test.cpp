@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,6 +86,10 @@ TEST_P(FsdpWorldOfOne, TrainsAsTheBareModelWithGradientAccumulation) {
     loss(bare, 2 * step + 1).backward();
     bare_opt.step();
     bare_opt.zero_grad();
+    // Between steps the modules' members are their shards, trained, as Python's
+    // `module.weight` (the root's group too: its backward reshards it).
+    EXPECT_TRUE(net->block1->b->weight.equal(bare->block1->b->weight)) << "step " << step;
+    EXPECT_TRUE(net->head->weight.equal(bare->head->weight)) << "step " << step;
   }
   const modhooks::StateDict bare_sd = modhooks::state_dict(bare);
   const auto shards = net->named_parameters();
@@ -94,33 +99,101 @@ TEST_P(FsdpWorldOfOne, TrainsAsTheBareModelWithGradientAccumulation) {
     EXPECT_TRUE(item.value().equal(expected))
         << item.key() << " differs by " << (item.value() - expected).abs().max().item<double>();
   }
-  // Between steps the inner groups' whole parameters are freed; the root keeps none either
-  // (its reshard after forward is off, but backward reshards it).
-  EXPECT_EQ(net->block0->a->weight.storage().nbytes(), 0U);
-  EXPECT_EQ(net->head->weight.storage().nbytes(), 0U);
+  EXPECT_TRUE(net->block0->a->weight.is_same(net->named_parameters()["block0.a.weight"]));
+  EXPECT_TRUE(net->head->weight.is_same(net->named_parameters()["head.weight"]));
   // The full state dict is the bare model's.
   const modhooks::StateDict full =
       dist::get_model_state_dict(net, dist::StateDictOptions().full_state_dict(true));
   for (const auto& [key, value] : bare_sd) EXPECT_TRUE(full.at(key).equal(value)) << key;
 }
 
-TEST_P(FsdpWorldOfOne, ParametersAreTheShardsAndTheModuleKeepsItsOwnTensors) {
+TEST_P(FsdpWorldOfOne, TheModuleShowsItsShardsOutsideForwardAndTheWholeParametersInside) {
   auto [net, bare] = twins<Net>(3);
-  const at::Tensor member = net->block0->a->weight;
+  const at::Tensor original = net->block0->a->weight;
   shard(net);
-  // The module's member is still its own tensor (forward reads it); the parameter table holds
-  // another tensor, the shard, which the optimizer trains.
-  EXPECT_TRUE(net->block0->a->weight.is_same(member));
+  // The parameter table and the member hold the shard, the tensor the optimizer trains (Python's
+  // `module.weight` is the sharded parameter); a handle taken before fully_shard reads the
+  // shard's values, never freed storage.
   const at::Tensor shard = net->block0->a->named_parameters(false)["weight"];
-  EXPECT_FALSE(shard.is_same(member));
+  EXPECT_TRUE(net->block0->a->weight.is_same(shard));
+  EXPECT_FALSE(original.is_same(shard));
+  EXPECT_TRUE(original.equal(shard));
   EXPECT_TRUE(shard.requires_grad());
   EXPECT_TRUE(shard.is_leaf());
-  EXPECT_EQ(member.storage().nbytes(), 0U);
+  // Inside its forward the module shows the whole parameter, in its member and its table.
+  int inside = 0;
+  auto hook = modhooks::register_forward_pre_hook(
+      net->block0->a, [&](torch::nn::Module& m, const std::vector<c10::IValue>&) {
+        auto& linear = static_cast<torch::nn::LinearImpl&>(m);
+        EXPECT_FALSE(linear.weight.is_same(shard));
+        EXPECT_TRUE(linear.weight.is_same(linear.named_parameters(false)["weight"]));
+        EXPECT_TRUE(linear.weight.equal(shard));
+        ++inside;
+      });
+  const at::Tensor x = torch::randn({4, 13}).to(device());
+  modhooks::call(net, x).sum().backward();
+  EXPECT_EQ(inside, 1);
+  // After backward, the shards again: they read and print.
+  EXPECT_TRUE(net->block0->a->weight.is_same(shard));
+  EXPECT_TRUE(net->head->weight.is_same(net->head->named_parameters(false)["weight"]));
+  std::ostringstream printed;
+  printed << *net << net->block0->a->weight << original;
+  EXPECT_NE(printed.str().find("block0"), std::string::npos);
   std::vector<std::string> keys;
   for (const auto& item : net->named_parameters()) keys.push_back(item.key());
   std::vector<std::string> bare_keys;
   for (const auto& item : bare->named_parameters()) bare_keys.push_back(item.key());
   EXPECT_EQ(keys, bare_keys);
+}
+
+/// A module of the user's own, its forward reading its member `w`.
+struct OwnImpl : torch::nn::Module {
+  at::Tensor w = register_parameter("w", torch::randn({6, 13}));
+  at::Tensor forward(const at::Tensor& x) { return x.matmul(w.t()); }
+};
+MODHOOKS_MODULE(Own);
+
+TEST_P(FsdpWorldOfOne, AModulesOwnMemberTrainsDeclaredOrNot) {
+  for (const bool declared : {true, false}) {
+    torch::manual_seed(5);
+    Own net;
+    Own bare;
+    modhooks::load_state_dict(bare, modhooks::state_dict(net));
+    net->to(device());
+    bare->to(device());
+    const at::Tensor original = net->w;
+    if (declared) modhooks::nn::utils::declare_member(net, "w", net->w);
+    dist::fully_shard(net);
+    const at::Tensor shard = net->named_parameters()["w"];
+    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
+    torch::optim::SGD bare_opt(bare->parameters(), torch::optim::SGDOptions(0.1));
+    for (int step = 0; step < 2; ++step) {
+      const at::Tensor x = torch::randn({3, 13}).to(device());
+      modhooks::call(net, x).pow(2).sum().backward();
+      opt.step();
+      opt.zero_grad();
+      modhooks::call(bare, x).pow(2).sum().backward();
+      bare_opt.step();
+      bare_opt.zero_grad();
+    }
+    EXPECT_TRUE(shard.equal(bare->w)) << "declared " << declared;
+    // A declared member is the shard, as a libtorch layer's; an undeclared one keeps the tensor
+    // it held and reads the shard's values through it.
+    EXPECT_EQ(net->w.is_same(shard), declared);
+    EXPECT_TRUE(net->w.equal(bare->w)) << "declared " << declared;
+    EXPECT_TRUE(original.equal(bare->w)) << "declared " << declared;
+  }
+}
+
+TEST_P(FsdpWorldOfOne, AFrozenShardFreezesTheWholeParameter) {
+  auto [net, bare] = twins<Net>(3);
+  shard(net);
+  net->named_parameters()["head.bias"].requires_grad_(false);
+  modhooks::call(net, torch::randn({4, 13}).to(device())).sum().backward();
+  const auto params = net->named_parameters();
+  EXPECT_FALSE(params["head.bias"].grad().defined());
+  EXPECT_TRUE(params["head.weight"].grad().defined());
+  EXPECT_TRUE(params["block0.a.weight"].grad().defined());
 }
 
 TEST_P(FsdpWorldOfOne, StateDictsGoBothWays) {

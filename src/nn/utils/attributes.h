@@ -34,34 +34,6 @@
 MODHOOKS_BEGIN_NAMESPACE
 namespace nn::utils::detail {
 
-/// Where a module's forward reads one of its tensors: a member of its class
-/// (`LinearImpl::weight`), or an entry of an RNN's `flat_weights_`, a vector that `to()`
-/// rebuilds, so the entry is found anew at each use.
-class Member {
- public:
-  Member() = default;
-  explicit Member(at::Tensor* tensor) : tensor_(tensor) {}
-  Member(std::vector<at::Tensor>* list, std::size_t index) : list_(list), index_(index) {}
-  explicit operator bool() const noexcept { return tensor_ != nullptr || list_ != nullptr; }
-  /// Whether it is an entry of an RNN's flat weights.
-  bool in_flat_weights() const noexcept { return list_ != nullptr; }
-  /// The member itself (Python's plain attribute `module.<name>`).
-  at::Tensor& get() const;
-
- private:
-  at::Tensor* tensor_ = nullptr;
-  std::vector<at::Tensor>* list_ = nullptr;
-  std::size_t index_ = 0;
-};
-
-/// The names of an RNN's flat weights in their order (Python's `_flat_weights_names`); empty
-/// where `module` is none of libtorch's RNNs.
-std::vector<std::string> flat_weight_names(torch::nn::Module& module);
-
-/// The member `module`'s forward reads as `name`: one given to `declare_member`, else one of
-/// libtorch's layers' members; empty where there is none.
-Member find_member(torch::nn::Module& module, const std::string& name);
-
 /// `find_member`, checked before a utility changes anything: RuntimeError where there is none
 /// (saying how to declare it), or where it does not hold `tensor`, the tensor registered as
 /// `name`.
