@@ -34,7 +34,6 @@ import warnings
 import torch
 import torch.nn.functional as F
 import torchvision
-from torch import Tensor
 
 GOAL = 0.2  # modhooks adds at most a fifth of what msprobe adds
 CONFIG = {"task": "statistics", "dump_path": "./dump_python", "rank": [], "step": [],
@@ -42,40 +41,10 @@ CONFIG = {"task": "statistics", "dump_path": "./dump_python", "rank": [], "step"
           "statistics": {"scope": [], "list": [], "data_mode": ["all"],
                          "summary_mode": "statistics"}}
 BATCH = (8, 3, 64, 64)
-# torchvision's resnet18 modifies module outputs in place: ReLU(inplace=True), and BasicBlock's
-# `out += identity` on bn2's output. modhooks::probe's backward wiring returns a module's output
-# from a BackwardHookFunction, and autograd refuses to modify that in place ("Output 0 of
-# BackwardHookFunction is a view and is being modified inplace"): the C++ step fails, while
-# msprobe's Python dump of it runs (and leaves out those modules' backward entries). Both
-# languages run the same model with those ops out of place: the same arithmetic, one more
-# tensor per block.
-INPLACE = False
-
-
-def basic_block_forward(self, x: Tensor) -> Tensor:
-    """torchvision's BasicBlock.forward with `out = out + identity`."""
-    identity = x
-    out = self.conv1(x)
-    out = self.bn1(out)
-    out = self.relu(out)
-    out = self.conv2(out)
-    out = self.bn2(out)
-    if self.downsample is not None:
-        identity = self.downsample(x)
-    out = out + identity
-    out = self.relu(out)
-    return out
-
-
 def resnet18():
-    """torchvision's resnet18, random weights, out of place unless INPLACE."""
-    if not INPLACE:
-        torchvision.models.resnet.BasicBlock.forward = basic_block_forward
-    model = torchvision.models.resnet18(weights=None)
-    for m in model.modules():
-        if isinstance(m, torch.nn.ReLU):
-            m.inplace = INPLACE
-    return model
+    """torchvision's resnet18 as it is (its ReLU(inplace=True) and `out += identity` included),
+    random weights."""
+    return torchvision.models.resnet18(weights=None)
 
 
 def prepare(d):

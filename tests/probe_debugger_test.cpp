@@ -94,6 +94,28 @@ struct NestedImpl : torch::nn::Module {
 };
 TORCH_MODULE(Nested);
 
+/// probe_oracle.py's InPlace: torchvision ResNet's in-place operations on hooked modules'
+/// tensors (a ReLU(inplace=True) on a Linear's output, `out += identity` on another's, the ReLU
+/// called twice).
+struct InPlaceImpl : torch::nn::Module {
+  InPlaceImpl()
+      : fc1(register_module("fc1", modhooks::nn::Linear(4, 4))),
+        relu(register_module("relu", modhooks::nn::ReLU(torch::nn::ReLUOptions().inplace(true)))),
+        fc2(register_module("fc2", modhooks::nn::Linear(4, 4))),
+        head(register_module("head", modhooks::nn::Linear(4, 3))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor out = relu(fc1(x));
+    out = fc2(out);
+    out += x;
+    out = relu(out);
+    return head(out);
+  }
+  modhooks::nn::Linear fc1;
+  modhooks::nn::ReLU relu;
+  modhooks::nn::Linear fc2, head;
+};
+TORCH_MODULE(InPlace);
+
 const std::string kFixtures = MODHOOKS_PROBE_FIXTURES;
 const std::string kOracle = std::string(MODHOOKS_TEST_SOURCE_DIR) + "/python/probe_oracle.py";
 
@@ -217,6 +239,9 @@ TEST_P(ProbeAgainstMsprobe, CompareMatchesAndPassesEveryRow) {
     } else if (model_name == "mlp") {
       MLP model;
       train(model, model_name, debugger);
+    } else if (model_name == "inplace") {
+      InPlace model;
+      train(model, model_name, debugger);
     } else {
       Nested model;
       train(model, model_name, debugger);
@@ -238,7 +263,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"mlp_scripted", "statistics", "md5"},
                       Variant{"nested_scripted", "statistics", "statistics"},
                       Variant{"nested_scripted", "statistics", "md5"},
-                      Variant{"nested_scripted", "tensor", ""}),
+                      Variant{"nested_scripted", "tensor", ""},
+                      Variant{"inplace", "statistics", "statistics"},
+                      Variant{"inplace", "statistics", "md5"}, Variant{"inplace", "tensor", ""}),
     [](const ::testing::TestParamInfo<Variant>& info) {
       return std::get<0>(info.param) + "_" + std::get<1>(info.param) +
              (std::get<2>(info.param).empty() ? "" : "_" + std::get<2>(info.param));
@@ -430,6 +457,84 @@ TEST(ProbeDebugger, TensorFilesAreNamedAsMsprobesAndHoldTheTensor) {
   EXPECT_EQ(status, 0) << log;
 }
 
+TEST(ProbeDebugger, EveryTensorFileIsOnDiskWhenStepReturnsWithinTheMemoryBound) {
+  // With the default bound the writer lags behind the hooks; with one byte each hook waits
+  // until the file before is written.
+  for (const std::size_t bound : {mp::Config().max_pending_bytes, std::size_t{1}}) {
+    const std::string dir = fresh_dir("tensor_bound_" + std::to_string(bound));
+    MLP model;
+    mp::Config config = l0_config(dir, "tensor");
+    config.max_pending_bytes = bound;
+    mp::PrecisionDebugger debugger(config);
+    for (int step = 0; step < 2; ++step) {
+      debugger.start(model);
+      modhooks::call(model, torch::randn({64, 4})).sum().backward();
+      debugger.stop();
+      debugger.step();
+      const std::string folder = step_folder(dir, step);
+      std::size_t named = 0;
+      std::function<void(const nlohmann::ordered_json&)> count = [&](const auto& value) {
+        if (value.is_object() && value.contains("data_name")) {
+          ++named;
+          const std::string file =
+              folder + "/dump_tensor_data/" + value["data_name"].template get<std::string>();
+          EXPECT_TRUE(modhooks::load_object(file).isTensor()) << file;
+        } else if (value.is_structured()) {
+          for (const auto& item : value) count(item);
+        }
+      };
+      count(read_json(folder + "/dump.json")["data"]);
+      EXPECT_GT(named, 15U);
+      std::size_t files = 0;
+      for ([[maybe_unused]] const auto& entry :
+           fs::directory_iterator(folder + "/dump_tensor_data")) {
+        ++files;
+      }
+      EXPECT_EQ(files, named) << "a file left over or missing in step " << step;
+    }
+  }
+}
+
+TEST(ProbeDebugger, AFullDiskFailsStepNamingTheFileAndTrainingGoesOn) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full to stand for a full disk";
+  const std::string dir = fresh_dir("full_disk");
+  torch::manual_seed(4);
+  MLP model;
+  MLP twin;
+  modhooks::load_state_dict(twin, modhooks::state_dict(model));
+  const at::Tensor x = torch::randn({5, 4});
+  mp::PrecisionDebugger debugger(l0_config(dir, "tensor"));
+  debugger.start(model);
+  // fc2's output goes to a full disk: the file it is written through first is /dev/full.
+  const std::string tensors = step_folder(dir, 0) + "/dump_tensor_data/";
+  const std::string name = "Module.fc2.Linear.forward.0.output.0.pt";
+  fs::create_symlink("/dev/full", tensors + name + ".modhooks-partial");
+  modhooks::call(model, x).pow(2).mean().backward();
+  debugger.stop();
+  try {
+    debugger.step();
+    ADD_FAILURE() << "step() did not fail";
+  } catch (const modhooks::Error& e) {
+    EXPECT_EQ(e.id(), "probe.dump.write_failed");
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(tensors + name));
+  EXPECT_FALSE(fs::exists(tensors + name + ".modhooks-partial"));
+  EXPECT_TRUE(fs::exists(tensors + "Module.fc1.Linear.forward.0.output.0.pt"));
+  // Training went on as without the debugger, and so does the debugger.
+  modhooks::call(twin, x).pow(2).mean().backward();
+  const auto grads = twin->named_parameters();
+  for (const auto& item : model->named_parameters()) {
+    EXPECT_TRUE(item.value().grad().equal(grads[item.key()].grad())) << item.key();
+  }
+  debugger.step();
+  debugger.start(model);
+  modhooks::call(model, x);
+  debugger.stop();
+  debugger.step();
+  EXPECT_TRUE(fs::exists(step_folder(dir, 1) + "/dump_tensor_data/" + name));
+}
+
 TEST(ProbeDebugger, DtypesAndNonFiniteValuesAreWrittenAsMsprobeWrites) {
   const std::string dir = fresh_dir("dtypes");
   auto seq = modhooks::Sequential(modhooks::nn::Identity());
@@ -511,6 +616,53 @@ TEST(ProbeDebugger, AStartAfterStopGoesOnCounting) {
   }
   const auto data = read_json(step_folder(dir, 0) + "/dump.json")["data"];
   EXPECT_TRUE(data.contains("Module.fc1.Linear.forward.1"));
+}
+
+TEST(ProbeDebugger, EachRecordShowsTheTensorAsItIsThen) {
+  // Two forwards in one step, libtorch's SGD between them (its step changes the weights without
+  // counting a version), and a ReLU that changes its input in place: every record holds the
+  // statistics of its tensor's values at that moment.
+  const std::string dir = fresh_dir("record_time");
+  torch::manual_seed(3);
+  InPlace model;
+  const at::Tensor x = torch::randn({5, 4});
+  at::Tensor weight_after;
+  {
+    mp::PrecisionDebugger debugger(l0_config(dir));
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.5));
+    debugger.start(model);
+    modhooks::call(model, x).pow(2).mean().backward();
+    opt.step();
+    weight_after = model->fc1->weight.detach().clone();
+    modhooks::call(model, x);
+    debugger.stop();
+    debugger.step();
+  }
+  const auto data = read_json(step_folder(dir, 0) + "/dump.json")["data"];
+  const auto& weight = data["Module.fc1.Linear.forward.1"]["parameters"]["weight"];
+  EXPECT_DOUBLE_EQ(weight["Mean"].get<double>(), weight_after.mean().item<double>());
+  EXPECT_DOUBLE_EQ(weight["Max"].get<double>(), weight_after.max().item<double>());
+  const auto& relu = data["Module.relu.ReLU.forward.0"];
+  EXPECT_LT(relu["input_args"][0]["Min"].get<double>(), 0.0);
+  EXPECT_GE(relu["output"][0]["Min"].get<double>(), 0.0);
+
+  // A weight written through `.data()`, which counts no version of the parameter.
+  const std::string again = fresh_dir("record_time_data");
+  modhooks::nn::Linear fc(4, 3);
+  modhooks::Sequential seq(fc);
+  {
+    mp::PrecisionDebugger debugger(l0_config(again));
+    debugger.start(seq);
+    modhooks::call(seq, x);
+    fc->weight.data().add_(1.0);
+    modhooks::call(seq, x);
+    debugger.stop();
+    debugger.step();
+  }
+  const auto written = read_json(step_folder(again, 0) + "/dump.json")["data"];
+  EXPECT_DOUBLE_EQ(
+      written["Module.0.Linear.forward.1"]["parameters"]["weight"]["Mean"].get<double>(),
+      fc->weight.mean().item<double>());
 }
 
 TEST(ProbeDebugger, StepsAndListFilterAsMsprobes) {

@@ -3,6 +3,7 @@
 #include "modhooks/probe/debugger.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/variable.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "modhooks/register.h"
 #include "python_json.h"
 #include "records.h"
+#include "writer.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace probe {
@@ -56,6 +58,10 @@ struct DebuggerState : std::enable_shared_from_this<DebuggerState> {
     outputs = all || has("output") || !io;
     maker.md5 = config.task == "statistics" && config.summary_mode == "md5";
     maker.files = config.task == "tensor";
+    if (maker.files) {
+      writer = std::make_unique<TensorWriter>(config.max_pending_bytes);
+      maker.writer = writer.get();
+    }
     const char* rank_env = std::getenv("RANK");
     if (rank_env != nullptr && *rank_env != '\0') {
       rank = std::stoll(rank_env);
@@ -67,6 +73,7 @@ struct DebuggerState : std::enable_shared_from_this<DebuggerState> {
 
   // --- configuration
   Config config;
+  std::unique_ptr<TensorWriter> writer;  // task "tensor": its files, off the training thread
   RecordMaker maker;
   // msprobe's allowed data modes: what is dumped of which direction.
   bool forward = true, backward = true, inputs = true, outputs = true;
@@ -318,6 +325,22 @@ struct Tensors {
   std::vector<std::size_t> positions;
 };
 
+/// msprobe's wrap_setup_backward_hook: a tensor the wiring wrapped is a view its custom function
+/// made, which PyTorch refuses to change in place; made an ordinary view, it can be changed in
+/// place as without the probe (`ReLU(inplace=True)`, `out += identity`). Autograd then rebases it
+/// past the wiring, and that call's backward entry is not dumped, as msprobe's is not.
+void allow_in_place(const TensorList& wrapped) {
+  namespace ta = torch::autograd;
+  for (const at::Tensor& t : wrapped) {
+    if (!t.defined() || !t.is_view()) continue;
+    ta::DifferentiableViewMeta* meta = ta::impl::get_view_autograd_meta(t);
+    if (meta != nullptr && meta->has_bw_view() &&
+        meta->get_creation_meta() != ta::CreationMeta::DEFAULT) {
+      meta->set_creation_meta(ta::CreationMeta::DEFAULT);
+    }
+  }
+}
+
 Tensors top_level_tensors(const std::vector<c10::IValue>& values) {
   Tensors out;
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -348,6 +371,7 @@ std::optional<std::vector<c10::IValue>> DebuggerState::pre_hook(
       wrapped[0].unsafeGetTensorImpl() == found.tensors[0].unsafeGetTensorImpl()) {
     return std::nullopt;  // nothing wrapped: no input requires grad
   }
+  allow_in_place(wrapped);
   std::vector<c10::IValue> replaced = args;
   for (std::size_t k = 0; k < found.positions.size(); ++k) {
     replaced[found.positions[k]] = wrapped[k];
@@ -380,12 +404,14 @@ std::optional<c10::IValue> DebuggerState::forward_hook(const void* module,
     const at::Tensor& tensor = output.toTensor();
     if (!tensor.defined()) return std::nullopt;
     TensorList wrapped = call.backward->setup_output({tensor}, {0}, 1);
+    allow_in_place(wrapped);
     return c10::IValue(wrapped[0]);
   }
   if (output.isTuple()) {
     std::vector<c10::IValue> items = output.toTupleRef().elements().vec();
     Tensors found = top_level_tensors(items);
     TensorList wrapped = call.backward->setup_output(found.tensors, found.positions, items.size());
+    allow_in_place(wrapped);
     for (std::size_t k = 0; k < found.positions.size(); ++k) {
       items[found.positions[k]] = wrapped[k];
     }
@@ -624,6 +650,9 @@ void PrecisionDebugger::step() {
   auto& state = *state_;
   const std::lock_guard<std::mutex> lock(state.mutex);
   state.flush();
+  // The step's tensor files are on disk, or the first that is not is named, before the next
+  // step begins (a call again after that error goes on).
+  if (state.writer) state.writer->wait();
   ++state.step;
   state.data = detail::Json::object();
   state.construct = detail::Json::object();

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "modhooks/checkpoint/object.h"
 #include "modhooks/core/error.h"
 #include "modhooks/state/detail/texts.h"
+#include "writer.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace probe {
@@ -21,7 +21,7 @@ namespace detail {
 namespace {
 
 /// Max, Min, Mean and Norm as msprobe takes them: in the tensor's own dtype and on its own
-/// device, the four stacked so that one small copy reaches the host.
+/// device (max and min in one pass), the four stacked so that one small copy reaches the host.
 void add_statistics(const at::Tensor& tensor, Json& record) {
   Json max, min, mean, norm;  // null unless set
   const c10::ScalarType type = tensor.scalar_type();
@@ -32,8 +32,9 @@ void add_statistics(const at::Tensor& tensor, Json& record) {
     const double v = tensor.to(at::kDouble).item<double>();
     max = min = mean = norm = v;
   } else if (low_float) {
+    const auto [lowest, highest] = at::aminmax(tensor);
     const at::Tensor four =
-        at::stack({tensor.max(), tensor.min(), tensor.mean(), tensor.norm()}).to(at::kDouble).cpu();
+        at::stack({highest, lowest, tensor.mean(), tensor.norm()}).to(at::kDouble).cpu();
     const double* v = four.data_ptr<double>();
     max = v[0];
     min = v[1];
@@ -84,7 +85,7 @@ Json RecordMaker::tensor(const at::Tensor& tensor, const std::string& data_name)
     if (md5) record["md5"] = crc32_hex(host);
     if (files) {
       record["data_name"] = data_name;
-      modhooks::save_object(host, folder + "/" + data_name);
+      writer->write(host, folder + "/" + data_name);
     }
   }
   return record;

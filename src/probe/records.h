@@ -16,11 +16,14 @@ MODHOOKS_BEGIN_NAMESPACE
 namespace probe {
 namespace detail {
 
+class TensorWriter;
+
 /// How records are made: which extras a tensor's record carries, and where tensor files go.
 struct RecordMaker {
-  bool md5 = false;    // a "md5" key (msprobe's CRC-32) after "requires_grad"
-  bool files = false;  // task "tensor": a "data_name" key and the file in `folder`
-  std::string folder;  // dump_tensor_data/
+  bool md5 = false;                // a "md5" key (msprobe's CRC-32) after "requires_grad"
+  bool files = false;              // task "tensor": a "data_name" key and the file in `folder`
+  std::string folder;              // dump_tensor_data/
+  TensorWriter* writer = nullptr;  // writes the files (task "tensor")
 
   /// msprobe's record of one tensor; `data_name` is its file's name (task "tensor").
   Json tensor(const at::Tensor& tensor, const std::string& data_name) const;

@@ -10,12 +10,11 @@ modhooks::dist::DistributedDataParallel); each launch does every run, 2 steps ea
 msprobe's compare of each run, step and rank: the C++ rank<R> dump against the Python rank<R>
 dump, every row matched and passed, and in md5 mode every CRC equal (where B's libtorch is this
 torch's version; probe_oracle.py's `compare` checks). msprobe's CRCs are taken in its hooks,
-as its statistics are (`crcs_at_hook_time`).
+as its statistics are (probe_oracle.py's `crcs_at_hook_time`).
 
 Exit status 77 where msprobe is not installed (ctest reports the test skipped).
 """
 import argparse
-import concurrent.futures
 import json
 import os
 import pathlib
@@ -59,32 +58,6 @@ def prepare(d):
         (d / name / "config.json").write_text(json.dumps(config, indent=1))
 
 
-class HookTimeExecutor(concurrent.futures.Executor):
-    """Runs what is submitted at once, in the submitting thread."""
-
-    def submit(self, fn, /, *args, **kwargs):
-        future = concurrent.futures.Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as e:  # noqa: B036  (handed to the future, as a pool would)
-            future.set_exception(e)
-        return future
-
-
-def crcs_at_hook_time():
-    """msprobe 26.2.0 takes md5's CRCs on a thread pool from the live tensor, while its
-    statistics are taken in the hook. Under DDP a parameter's gradient is the rank's own when
-    msprobe's hook reads it, and the average of the ranks' once DDP's end of backward has copied
-    the reduced bucket into it, in place: the CRC of the last layer's gradient was now one, now
-    the other, from one run to the next. Taking the CRCs in the hook, as the statistics are, makes
-    them the rank's own every time (what the statistics and the C++ run show)."""
-    from msprobe.core.dump.data_dump.data_processor import pytorch_processor
-    if hasattr(pytorch_processor, "ThreadPoolExecutor"):
-        pytorch_processor.ThreadPoolExecutor = lambda *args, **kwargs: HookTimeExecutor()
-    else:
-        print("msprobe's pytorch_processor has no ThreadPoolExecutor: its CRCs may race DDP")
-
-
 def new_debugger(config_path, dump_path):
     """msprobe's PrecisionDebugger is one per process: forgetting the instance lets one launch
     dump every run, each with its own config (a fresh model, DDP and debugger each)."""
@@ -99,7 +72,7 @@ def worker(d):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     d = pathlib.Path(d)
-    crcs_at_hook_time()
+    probe_oracle.crcs_at_hook_time()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     data = torch.load(d / "data.pt", weights_only=True)

@@ -35,6 +35,7 @@
 Exit status 77 where msprobe is not installed (the C++ test skips, saying so); 78 from `marks`
 in md5 mode where LIBTORCH is not this torch's version (every computed CRC may differ).
 """
+import concurrent.futures
 import glob
 import hashlib
 import json
@@ -109,7 +110,26 @@ class Program(nn.Module):
         return self.seq(u + v)
 
 
-MODELS = {"mlp": (MLP, 4), "nested": (Nested, 3), "program": (Program, 3)}
+class InPlace(nn.Module):
+    """torchvision ResNet's in-place operations on hooked modules' tensors: a ReLU(inplace=True)
+    on a Linear's output, `out += identity` on another's, and the ReLU called twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.relu = nn.ReLU(inplace=True)
+        self.fc2 = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        out = self.relu(self.fc1(x))
+        out = self.fc2(out)
+        out += x
+        out = self.relu(out)
+        return self.head(out)
+
+
+MODELS = {"mlp": (MLP, 4), "nested": (Nested, 3), "program": (Program, 3), "inplace": (InPlace, 4)}
 
 
 def output_points(name, module):
@@ -159,7 +179,7 @@ def fresh(name):
 def write_models(out):
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("mlp", "nested"):
+    for name in ("mlp", "nested", "inplace"):
         model, inputs = fresh(name)
         torch.save(model.state_dict(), out / f"{name}.pt")
         # The same model and weights scripted, which the C++ test runs as a TorchScript model
@@ -218,6 +238,32 @@ def train(model, inputs, debugger):
         opt.zero_grad()
 
 
+class HookTimeExecutor(concurrent.futures.Executor):
+    """Runs what is submitted at once, in the submitting thread."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # noqa: B036  (handed to the future, as a pool would)
+            future.set_exception(e)
+        return future
+
+
+def crcs_at_hook_time():
+    """msprobe 26.2.0 takes md5's CRCs on a thread pool from the live tensor, while its
+    statistics are taken in the hook, so a CRC is of whatever the tensor holds when the pool gets
+    to it: a module's input that the module then changes in place (ReLU(inplace=True)) hashed
+    now before, now after the change; under DDP a gradient hashed now as the rank's own, now as
+    the ranks' average DDP copies into it. Taking the CRCs in the hook, as the statistics are,
+    makes them what the hook saw every time (what the statistics and the C++ run show)."""
+    from msprobe.core.dump.data_dump.data_processor import pytorch_processor
+    if hasattr(pytorch_processor, "ThreadPoolExecutor"):
+        pytorch_processor.ThreadPoolExecutor = lambda *args, **kwargs: HookTimeExecutor()
+    else:
+        print("msprobe's pytorch_processor has no ThreadPoolExecutor: its CRCs may race")
+
+
 def debugged(out, model_name, config_path):
     """The model of `model_name` with its weights, its inputs, and msprobe's debugger on
     config_path; None where msprobe is not installed."""
@@ -232,6 +278,7 @@ def debugged(out, model_name, config_path):
     model.load_state_dict(torch.load(out / f"{model_name}.pt", weights_only=True))
     inputs = torch.load(out / f"{model_name}_inputs.pt", weights_only=True)
     config = json.loads(pathlib.Path(config_path).read_text())
+    crcs_at_hook_time()
     debugger = PrecisionDebugger(config_path=str(config_path), dump_path=config["dump_path"])
     return model, inputs, debugger
 

@@ -2,6 +2,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,7 +43,8 @@ struct Config {
   std::string level = "L1";
   /// Whether construct.json and stack.json are written.
   bool extra_info = true;
-  /// Accepted for msprobe's config files; modhooks writes at `stop()` and `step()` either way.
+  /// Accepted for msprobe's config files; either way modhooks writes dump.json at `stop()` and
+  /// `step()`, and task "tensor"'s files on a thread of its own (`max_pending_bytes`).
   bool async_dump = false;
   /// Two full entry names, the first and last module dumped (`Module.fc1.Linear.forward.0`); or
   /// empty: every module.
@@ -53,6 +55,10 @@ struct Config {
   std::vector<std::string> data_mode = {"all"};
   /// Task "statistics" only: "statistics" (Max, Min, Mean, Norm) or "md5" (adds a CRC-32).
   std::string summary_mode = "statistics";
+  /// modhooks' own, not a key of msprobe's config.json: task "tensor" writes its files on a
+  /// thread of its own, and the copies of tensors waiting for it hold at most this many bytes
+  /// (a hook that would pass it waits; a tensor larger than it waits until nothing else does).
+  std::size_t max_pending_bytes = std::size_t{512} << 20;
 
   /// Reads msprobe's config.json. A key msprobe does not know, a value of the wrong type, or a
   /// key whose feature modhooks lacks raises modhooks::Error naming the key ("tensor.scope");

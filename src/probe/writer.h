@@ -1,0 +1,57 @@
+// modhooks: PyTorch's module hooks for libtorch.
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "modhooks/version.h"
+
+MODHOOKS_BEGIN_NAMESPACE
+namespace probe {
+namespace detail {
+
+/// Writes task "tensor"'s files on a thread of its own, so that a hook only copies its tensor:
+/// the copies waiting hold at most `budget` bytes (a hook that would pass it waits for the
+/// thread, unless nothing waits), each file is complete or absent (modhooks::save_object writes
+/// a temporary and renames it), and a failure is kept for `wait()` to raise, naming the file.
+class TensorWriter {
+ public:
+  explicit TensorWriter(std::size_t budget);
+  TensorWriter(const TensorWriter&) = delete;
+  TensorWriter& operator=(const TensorWriter&) = delete;
+  /// Writes what is queued, then ends the thread.
+  ~TensorWriter();
+
+  /// Queues `tensor` (a copy no one else writes to) for `path`.
+  void write(at::Tensor tensor, std::string path);
+  /// Returns once every queued file is written; RuntimeError `probe.dump.write_failed` naming
+  /// the first file that could not be written since the last call (the others were written).
+  void wait();
+
+ private:
+  void run();
+
+  std::size_t budget_;
+  std::mutex mutex_;
+  std::condition_variable work_;  // a job was queued, or the writer is ending
+  std::condition_variable room_;  // a job was written
+  std::deque<std::pair<at::Tensor, std::string>> jobs_;
+  std::size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool ending_ = false;
+  std::optional<std::string> failure_;
+  std::thread thread_;
+};
+
+}  // namespace detail
+}  // namespace probe
+MODHOOKS_END_NAMESPACE
