@@ -275,6 +275,7 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
   /// Python's FSDPState._post_forward with the group's post_forward.
   void post_forward(const c10::IValue& output) {
     if (training_ == Training::kPreBackward) return;
+    const std::string returned = returned_parameter(output);
     if (!params_.empty()) {
       if (reshard_after_forward_) reshard();
       group_training_ = Training::kIdle;
@@ -289,6 +290,12 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
     }
     training_ = Training::kIdle;
     if (context_->iter_forward_root == this) context_->iter_forward_root = nullptr;
+    if (!returned.empty()) {
+      fail_fsdp("dist.fsdp.output_is_parameter",
+                "the forward of a sharded module returned its whole parameter '" + returned +
+                    "' (or a view of it), whose storage fully_shard frees once the group is "
+                    "resharded; return a copy (clone()) instead");
+    }
   }
 
   /// Python's FSDPParamGroup.post_backward: the gradients of the whole parameters, averaged
@@ -522,6 +529,23 @@ class ShardState : public std::enable_shared_from_this<ShardState> {
       p.unsharded.set_data(p.shard);
     }
     show_all();
+  }
+
+  /// The name of a whole parameter of the group that `output` holds or views; empty if none.
+  std::string returned_parameter(const c10::IValue& output) const {
+    std::string found;
+    if (!unsharded_) return found;
+    map_tensors(std::vector<c10::IValue>{output}, [&](const at::Tensor& t) {
+      if (!found.empty() || !t.defined() || !t.has_storage()) return t;
+      for (const ShardedParam& p : params_) {
+        if (t.storage().unsafeGetStorageImpl() == p.gathered.storage().unsafeGetStorageImpl()) {
+          found = p.name;
+          break;
+        }
+      }
+      return t;
+    });
+    return found;
   }
 
   /// The tensor the module shows for `p`: the whole parameter while gathered, else the shard.

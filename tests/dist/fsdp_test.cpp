@@ -61,6 +61,16 @@ void shard(Net& net) {
   dist::fully_shard(net);
 }
 
+template <class F>
+std::string error_id(F&& f) {
+  try {
+    f();
+  } catch (const modhooks::Error& e) {
+    return e.id();
+  }
+  return "no error";
+}
+
 class FsdpWorldOfOne : public WorldOfOne {};
 
 TEST_P(FsdpWorldOfOne, TrainsAsTheBareModelWithGradientAccumulation) {
@@ -185,6 +195,72 @@ TEST_P(FsdpWorldOfOne, AModulesOwnMemberTrainsDeclaredOrNot) {
   }
 }
 
+/// A module that returns what it is told to: its output, or its own weight or a view of it.
+struct ReturnsImpl : torch::nn::Module {
+  ReturnsImpl() : fc(register_module("fc", torch::nn::Linear(13, 5))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    if (what == 1) return fc->weight;
+    if (what == 2) return fc->weight.t();
+    if (what == 3) return fc->weight.clone();
+    return modhooks::call(fc, x);
+  }
+  torch::nn::Linear fc;
+  int what = 0;
+};
+MODHOOKS_MODULE(Returns);
+
+TEST_P(FsdpWorldOfOne, AForwardThatReturnsItsOwnParameterIsRefused) {
+  // Python's FSDP returns the whole parameter and frees its storage under it (reading it later
+  // fails); modhooks refuses at once, and the model trains on.
+  torch::manual_seed(6);
+  Returns net;
+  net->to(device());
+  dist::fully_shard(net);
+  const at::Tensor x = torch::randn({2, 13}).to(device());
+  for (const int what : {1, 2}) {
+    net->what = what;
+    EXPECT_EQ(error_id([&] { modhooks::call(net, x); }), "dist.fsdp.output_is_parameter");
+  }
+  net->what = 3;
+  const at::Tensor copy = modhooks::call(net, x);
+  net->what = 0;
+  modhooks::call(net, x).sum().backward();
+  EXPECT_TRUE(copy.equal(net->fc->weight)) << "the copy holds the weight's values";
+  EXPECT_TRUE(net->fc->weight.grad().defined());
+}
+
+TEST_P(FsdpWorldOfOne, AHookThatRaisesMidForwardLeavesTheModelTrainable) {
+  auto [net, bare] = twins<Net>(3);
+  shard(net);
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
+  torch::optim::SGD bare_opt(bare->parameters(), torch::optim::SGDOptions(0.1));
+  bool raise = true;
+  auto hook = modhooks::register_forward_hook(net->block1->a,
+                                              [&](torch::nn::Module&, const auto&, const auto&) {
+                                                if (raise)
+                                                  throw std::runtime_error("the user's hook fails");
+                                              });
+  const at::Tensor x = torch::randn({4, 13}).to(device());
+  EXPECT_THROW(modhooks::call(net, x), std::exception);
+  // The failed call resharded the groups it gathered (the root's keeps its whole parameters
+  // until a backward, as after any forward).
+  EXPECT_TRUE(net->block1->a->weight.is_same(net->named_parameters()["block1.a.weight"]));
+  EXPECT_TRUE(net->block1->b->bias.is_same(opt.param_groups()[0].params()[7]));
+  raise = false;
+  for (int step = 0; step < 2; ++step) {
+    modhooks::call(net, x).pow(2).sum().backward();
+    opt.step();
+    opt.zero_grad();
+    modhooks::call(bare, x).pow(2).sum().backward();
+    bare_opt.step();
+    bare_opt.zero_grad();
+  }
+  const auto trained = bare->named_parameters();
+  for (const auto& item : net->named_parameters()) {
+    EXPECT_TRUE(item.value().equal(trained[item.key()])) << item.key();
+  }
+}
+
 TEST_P(FsdpWorldOfOne, AFrozenShardFreezesTheWholeParameter) {
   auto [net, bare] = twins<Net>(3);
   shard(net);
@@ -266,16 +342,6 @@ class FsdpErrors : public ::testing::Test {
   }
   std::filesystem::path store_;
 };
-
-template <class F>
-std::string error_id(F&& f) {
-  try {
-    f();
-  } catch (const modhooks::Error& e) {
-    return e.id();
-  }
-  return "no error";
-}
 
 /// Every parameter of `module`, by name, as the tensor its table holds.
 std::vector<std::pair<std::string, at::Tensor>> parameters(torch::nn::Module& module) {
