@@ -71,6 +71,18 @@ std::string error_id(F&& f) {
   return "no error";
 }
 
+/// One SGD step of a sharded model and of its bare twin on `x`.
+template <class Holder>
+void step_twins(Holder& net, Holder& bare, torch::optim::Optimizer& opt,
+                torch::optim::Optimizer& bare_opt, const at::Tensor& x) {
+  modhooks::call(net, x).pow(2).sum().backward();
+  opt.step();
+  opt.zero_grad();
+  modhooks::call(bare, x).pow(2).sum().backward();
+  bare_opt.step();
+  bare_opt.zero_grad();
+}
+
 class FsdpWorldOfOne : public WorldOfOne {};
 
 TEST_P(FsdpWorldOfOne, TrainsAsTheBareModelWithGradientAccumulation) {
@@ -179,12 +191,7 @@ TEST_P(FsdpWorldOfOne, AModulesOwnMemberTrainsDeclaredOrNot) {
     torch::optim::SGD bare_opt(bare->parameters(), torch::optim::SGDOptions(0.1));
     for (int step = 0; step < 2; ++step) {
       const at::Tensor x = torch::randn({3, 13}).to(device());
-      modhooks::call(net, x).pow(2).sum().backward();
-      opt.step();
-      opt.zero_grad();
-      modhooks::call(bare, x).pow(2).sum().backward();
-      bare_opt.step();
-      bare_opt.zero_grad();
+      step_twins(net, bare, opt, bare_opt, x);
     }
     EXPECT_TRUE(shard.equal(bare->w)) << "declared " << declared;
     // A declared member is the shard, as a libtorch layer's; an undeclared one keeps the tensor
@@ -248,12 +255,7 @@ TEST_P(FsdpWorldOfOne, AHookThatRaisesMidForwardLeavesTheModelTrainable) {
   EXPECT_TRUE(net->block1->b->bias.is_same(opt.param_groups()[0].params()[7]));
   raise = false;
   for (int step = 0; step < 2; ++step) {
-    modhooks::call(net, x).pow(2).sum().backward();
-    opt.step();
-    opt.zero_grad();
-    modhooks::call(bare, x).pow(2).sum().backward();
-    bare_opt.step();
-    bare_opt.zero_grad();
+    step_twins(net, bare, opt, bare_opt, x);
   }
   const auto trained = bare->named_parameters();
   for (const auto& item : net->named_parameters()) {
