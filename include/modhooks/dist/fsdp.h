@@ -70,14 +70,14 @@ void set_model_state_dict(torch::nn::Module& module, const StateDict& state_dict
 /// Python's FSDP2 `fully_shard`: each rank keeps a dim-0 shard of every parameter of `module`
 /// not already in a group of a submodule (call it bottom-up, children before their parent). The
 /// module's forward, run through `modhooks::call`, sees the whole parameters: a forward pre-hook
-/// gathers them (one all-gather for the group; on Gloo one broadcast per rank, which holds less
-/// memory), a forward hook frees them and hooks the outputs to gather again before backward, and
-/// after the group's backward its gradients are reduce-scattered (averaged) onto the shards.
-/// `module->parameters()` afterwards are the shards, the tensors an optimizer built afterwards
-/// trains; outside the group's forward the modules' members (`linear->weight`) are the shards
-/// too, as Python's attributes (a member of your own module where declared with
-/// `nn::utils::declare_member` before this call). Every rank must call it on the same model: it
-/// checks, with every rank raising the same error.
+/// gathers them (one all-gather for the group; on Gloo one broadcast per rank and parameter,
+/// which needs no buffer beside them), a forward hook frees them and hooks the outputs to gather
+/// again before backward, and after the group's backward its gradients are reduce-scattered
+/// (averaged) onto the shards. `module->parameters()` afterwards are the shards, the tensors an
+/// optimizer built afterwards trains; outside the group's forward the modules' members
+/// (`linear->weight`) are the shards too, as Python's attributes (a member of your own module where
+/// declared with `nn::utils::declare_member` before this call). Every rank must call it on the same
+/// model: it checks, with every rank raising the same error.
 ///
 /// **Example**:
 /// \code
