@@ -515,7 +515,7 @@ TEST(ProbeDebugger, AFullDiskFailsStepNamingTheFileAndTrainingGoesOn) {
     debugger.step();
     ADD_FAILURE() << "step() did not fail";
   } catch (const modhooks::Error& e) {
-    EXPECT_EQ(e.id(), "probe.dump.write_failed");
+    EXPECT_STREQ(e.id(), "probe.dump.write_failed");
     EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(tensors + name));
