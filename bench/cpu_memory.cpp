@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_memory.h"
+
 #define MODHOOKS_BENCH_EXPORT __attribute__((visibility("default")))
 
 namespace {
@@ -102,11 +104,8 @@ CountingAllocator* CountingAllocator::instance = nullptr;
 
 namespace modhooks_bench {
 
-/// Bytes of CPU storage allocated since the library loaded and not freed.
 MODHOOKS_BENCH_EXPORT int64_t cpu_live() { return CountingAllocator::instance->figures()[0]; }
-/// The most `cpu_live()` has been since the last `reset_cpu_peak()` (or the load).
 MODHOOKS_BENCH_EXPORT int64_t cpu_peak() { return CountingAllocator::instance->figures()[1]; }
-/// Starts a new peak at the bytes live now.
 MODHOOKS_BENCH_EXPORT void reset_cpu_peak() { CountingAllocator::instance->reset_peak(); }
 
 }  // namespace modhooks_bench

@@ -36,16 +36,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cpu_memory.h"
 #include "rounds.h"
 
 namespace dist = modhooks::dist;
-
-// bench/cpu_memory.cpp
-namespace modhooks_bench {
-int64_t cpu_live();
-int64_t cpu_peak();
-void reset_cpu_peak();
-}  // namespace modhooks_bench
 
 namespace {
 
@@ -77,15 +71,6 @@ int64_t storage_bytes(torch::nn::Module& module) {
     }
   }
   return bytes;
-}
-
-/// Peak live bytes while `f` runs, minus those live before.
-template <class F>
-int64_t peak_beside(F&& f) {
-  const int64_t before = modhooks_bench::cpu_live();
-  modhooks_bench::reset_cpu_peak();
-  f();
-  return modhooks_bench::cpu_peak() - before;
 }
 
 /// One step's peak live bytes beside those live before it, by phase.
@@ -180,8 +165,8 @@ int main(int argc, char** argv) {
   int64_t local_param_extra = 0, fsdp_param_extra = 0;
   {
     torch::NoGradGuard no_grad;
-    local_param_extra = peak_beside([&] { modhooks::call(local_net, one_row); });
-    fsdp_param_extra = peak_beside([&] { modhooks::call(fsdp_net, one_row); });
+    local_param_extra = modhooks_bench::peak_beside([&] { modhooks::call(local_net, one_row); });
+    fsdp_param_extra = modhooks_bench::peak_beside([&] { modhooks::call(fsdp_net, one_row); });
   }
 
   // One write: the ranks share torchrun's stdout.

@@ -29,13 +29,7 @@
 #include <vector>
 
 #include "alternate.h"
-
-// bench/cpu_memory.cpp
-namespace modhooks_bench {
-int64_t cpu_live();
-int64_t cpu_peak();
-void reset_cpu_peak();
-}  // namespace modhooks_bench
+#include "cpu_memory.h"
 
 namespace {
 
@@ -140,15 +134,9 @@ int main(int argc, char** argv) {
     }
   }
   // Memory beside what is live before each step.
-  auto peak_of = [](const std::function<void()>& f) {
-    const int64_t before = modhooks_bench::cpu_live();
-    modhooks_bench::reset_cpu_peak();
-    f();
-    return modhooks_bench::cpu_peak() - before;
-  };
   fs::remove_all(dir / "dump");
-  const int64_t step_peak = peak_of(step);
-  const int64_t dumped_peak = peak_of(dumped);
+  const int64_t step_peak = modhooks_bench::peak_beside(step);
+  const int64_t dumped_peak = modhooks_bench::peak_beside(dumped);
   fs::remove_all(dir);
 
   const double p = bench::median(p_ms), d = bench::median(d_ms), w = bench::median(w_ms);
