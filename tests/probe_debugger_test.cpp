@@ -23,6 +23,7 @@
 #include "modhooks/modhooks.h"
 #include "modhooks/probe.h"
 #include "probe_files.h"
+#include "test_util.h"
 
 namespace mp = modhooks::probe;
 namespace fs = std::filesystem;
@@ -535,6 +536,26 @@ TEST(ProbeDebugger, AFullDiskFailsStepNamingTheFileAndTrainingGoesOn) {
   EXPECT_TRUE(fs::exists(step_folder(dir, 1) + "/dump_tensor_data/" + name));
 }
 
+/// A debugger destroyed before the step() that would raise a file it could not write warns of
+/// it, naming the file.
+TEST(ProbeDebugger, ADebuggerDestroyedBeforeStepWarnsOfAFileItCouldNotWrite) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full to stand for a full disk";
+  const std::string dir = fresh_dir("full_disk_destroyed");
+  MLP model;
+  const std::string name = "Module.fc2.Linear.forward.0.output.0.pt";
+  WarningCapture warnings;
+  {
+    mp::PrecisionDebugger debugger(l0_config(dir, "tensor"));
+    debugger.start(model);
+    fs::create_symlink("/dev/full",
+                       step_folder(dir, 0) + "/dump_tensor_data/" + name + ".modhooks-partial");
+    modhooks::call(model, torch::randn({5, 4}));
+    debugger.stop();
+  }
+  ASSERT_EQ(warnings.messages.size(), 1U);
+  EXPECT_NE(warnings.messages[0].find(name), std::string::npos) << warnings.messages[0];
+}
+
 TEST(ProbeDebugger, DtypesAndNonFiniteValuesAreWrittenAsMsprobeWrites) {
   const std::string dir = fresh_dir("dtypes");
   auto seq = modhooks::Sequential(modhooks::nn::Identity());
@@ -568,6 +589,57 @@ TEST(ProbeDebugger, DtypesAndNonFiniteValuesAreWrittenAsMsprobeWrites) {
   EXPECT_NE(text.find("\"Max\": NaN,\n"), std::string::npos) << text;
   EXPECT_NE(text.find("\"Max\": Infinity,\n"), std::string::npos) << text;
   EXPECT_NE(text.find("\"Min\": -Infinity,\n"), std::string::npos) << text;
+}
+
+/// Each tensor's Max, Min, Mean and Norm are torch's own (`aminmax`, `mean`, `norm`) to the bit,
+/// whichever way the debugger takes them: float tensors of sizes around its lanes, with NaN and
+/// infinities, every value negative, one element, a transposed view, and the half precisions.
+TEST(ProbeDebugger, StatisticsAreTorchsToTheBit) {
+  const std::string dir = fresh_dir("statistics");
+  torch::manual_seed(3);
+  std::vector<at::Tensor> tensors;
+  for (const int64_t n : {1, 15, 16, 17, 33, 1000, 65537, (1 << 20) + 3}) {
+    tensors.push_back(torch::randn({n}) * 3 + 0.25);
+  }
+  at::Tensor nan = torch::randn({100});
+  nan[37] = std::nanf("");
+  at::Tensor infinities = torch::randn({50});
+  infinities[3] = INFINITY;
+  infinities[40] = -INFINITY;
+  at::Tensor tail_nan = torch::randn({35});
+  tail_nan[34] = std::nanf("");
+  tensors.insert(tensors.end(),
+                 {nan, infinities, tail_nan, torch::full({20}, -INFINITY), -torch::rand({4097}) - 1,
+                  torch::randn({64, 48}).t(), torch::randn({300}).to(at::kHalf),
+                  torch::randn({300}).to(at::kBFloat16)});
+  auto seq = modhooks::Sequential(modhooks::nn::Identity());
+  {
+    mp::PrecisionDebugger debugger(l0_config(dir));
+    debugger.start(seq);
+    for (const at::Tensor& t : tensors) modhooks::call(seq, t);
+    debugger.stop();
+    debugger.step();
+  }
+  const auto data = read_json(step_folder(dir, 0) + "/dump.json")["data"];
+  auto expect_bits = [](const nlohmann::ordered_json& written, const at::Tensor& value,
+                        const std::string& what) {
+    const double v = value.to(at::kDouble).item<double>();
+    if (!std::isfinite(v)) {
+      EXPECT_TRUE(written.is_null()) << what << ": " << written;  // read_json's null
+    } else {
+      EXPECT_EQ(written.get<double>(), v) << what;
+    }
+  };
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    const auto& record = data["Module.0.Identity.forward." + std::to_string(i)]["input_args"][0];
+    const std::string what = "tensor " + std::to_string(i) + " of " + std::to_string(t.numel());
+    const auto [lowest, highest] = at::aminmax(t);
+    expect_bits(record["Max"], highest, what + ": Max");
+    expect_bits(record["Min"], lowest, what + ": Min");
+    expect_bits(record["Mean"], t.mean(), what + ": Mean");
+    expect_bits(record["Norm"], t.norm(), what + ": Norm");
+  }
 }
 
 TEST(ProbeDebugger, HooksSitWhereMsprobesDoAndStopRemovesThem) {

@@ -13,51 +13,13 @@
 
 #include "modhooks/core/error.h"
 #include "modhooks/state/detail/texts.h"
+#include "statistics.h"
 #include "writer.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace probe {
 namespace detail {
 namespace {
-
-/// Max, Min, Mean and Norm as msprobe takes them: in the tensor's own dtype and on its own
-/// device (max and min in one pass), the four stacked so that one small copy reaches the host.
-void add_statistics(const at::Tensor& tensor, Json& record) {
-  Json max, min, mean, norm;  // null unless set
-  const c10::ScalarType type = tensor.scalar_type();
-  const bool low_float = type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
-  if (tensor.numel() == 0 || at::isComplexType(type)) {
-    // msprobe leaves all four None
-  } else if (tensor.dim() == 0 && (low_float || type == at::kDouble)) {
-    const double v = tensor.to(at::kDouble).item<double>();
-    max = min = mean = norm = v;
-  } else if (low_float) {
-    const auto [lowest, highest] = at::aminmax(tensor);
-    const at::Tensor four =
-        at::stack({highest, lowest, tensor.mean(), tensor.norm()}).to(at::kDouble).cpu();
-    const double* v = four.data_ptr<double>();
-    max = v[0];
-    min = v[1];
-    mean = v[2];
-    norm = v[3];
-  } else if (type == at::kDouble) {
-    const at::Tensor two = at::stack({tensor.max(), tensor.min()}).cpu();
-    max = two[0].item<double>();
-    min = two[1].item<double>();
-  } else if (type == at::kBool) {
-    const at::Tensor two = at::stack({tensor.any(), tensor.all()}).cpu();
-    max = two[0].item<bool>();
-    min = two[1].item<bool>();
-  } else {
-    const at::Tensor two = at::stack({tensor.max(), tensor.min()}).to(at::kLong).cpu();
-    max = two[0].item<int64_t>();
-    min = two[1].item<int64_t>();
-  }
-  record["Max"] = max;
-  record["Min"] = min;
-  record["Mean"] = mean;
-  record["Norm"] = norm;
-}
 
 /// msprobe's "md5": `"%08x" % zlib.crc32(bytes)` of the contiguous tensor in its own dtype.
 std::string crc32_hex(const at::Tensor& host) {
@@ -80,8 +42,8 @@ Json RecordMaker::tensor(const at::Tensor& tensor, const std::string& data_name)
   if (md5 || files) {
     // One host copy serves the CRC and the file; a CPU tensor is cloned so that a later
     // in-place update cannot reach the file.
-    const at::Tensor host =
-        tensor.is_cpu() ? tensor.detach().contiguous().clone() : tensor.detach().cpu().contiguous();
+    const at::Tensor host = tensor.is_cpu() ? tensor.detach().clone(at::MemoryFormat::Contiguous)
+                                            : tensor.detach().cpu().contiguous();
     if (md5) record["md5"] = crc32_hex(host);
     if (files) {
       record["data_name"] = data_name;
