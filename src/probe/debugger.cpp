@@ -520,6 +520,14 @@ PrecisionDebugger::~PrecisionDebugger() {
     state_->running = false;
     state_->remove_hooks();
   }
+  // A tensor file that could not be written is raised by step(); destroyed before it, the
+  // debugger says so rather than lose it.
+  if (state_->writer) {
+    if (const std::optional<std::string> failed = state_->writer->drain()) {
+      TORCH_WARN("modhooks::probe could not write a tensor file: ", *failed,
+                 " (the debugger was destroyed before a step() that would have raised it)");
+    }
+  }
   detail::debugger_alive = false;
 }
 

@@ -31,14 +31,16 @@ void TensorWriter::write(at::Tensor tensor, std::string path) {
 }
 
 void TensorWriter::wait() {
+  if (std::optional<std::string> failed = drain()) {
+    modhooks::detail::fail<RuntimeError>(
+        "probe.dump.write_failed", "modhooks::probe could not write a tensor file: " + *failed);
+  }
+}
+
+std::optional<std::string> TensorWriter::drain() {
   std::unique_lock<std::mutex> lock(mutex_);
   room_.wait(lock, [&] { return jobs_.empty() && !writing_; });
-  if (failure_) {
-    const std::string text = std::move(*failure_);
-    failure_.reset();
-    modhooks::detail::fail<RuntimeError>("probe.dump.write_failed",
-                                         "modhooks::probe could not write a tensor file: " + text);
-  }
+  return std::exchange(failure_, std::nullopt);
 }
 
 void TensorWriter::run() {

@@ -36,6 +36,8 @@ class TensorWriter {
   /// Returns once every queued file is written; RuntimeError `probe.dump.write_failed` naming
   /// the first file that could not be written since the last call (the others were written).
   void wait();
+  /// `wait()` that returns that failure's text rather than raising it, for a destructor.
+  std::optional<std::string> drain();
 
  private:
   void run();
