@@ -11,9 +11,11 @@
 // the files the dump wrote, the same count and sizes, with fopen, fwrite and fclose into
 // DIR/plain (W). The dump writes at bytes / (D - P), the plain write at bytes / (W - P); both
 // folders are emptied between blocks, outside the timing. Memory: the peak of live CPU
-// allocator bytes (bench/cpu_memory.cpp) during one dumped step and during one plain step, each
-// beside the bytes live before it; their difference is what the dump holds (its tensor copies
-// waiting for the writer thread, bounded by Config::max_pending_bytes). Prints one JSON line.
+// allocator bytes (bench/cpu_memory.cpp) during one plain step beside the bytes live before it,
+// and during one dumped step beside the bytes live before the debugger was made; their
+// difference is what the dump holds (its tensor copies waiting for the writer thread and the
+// buffers it keeps for the next copies, together bounded by Config::max_pending_bytes), of which
+// `kept_bytes` are held between steps too. Prints one JSON line.
 #include <modhooks/modhooks.h>
 #include <modhooks/probe.h>
 #include <torch/torch.h>
@@ -85,6 +87,7 @@ int main(int argc, char** argv) {
   config.task = "tensor";
   config.level = "L0";
   config.dump_path = (dir / "dump").string();
+  const int64_t live_without_debugger = modhooks_bench::cpu_live();
   mp::PrecisionDebugger debugger(config);
 
   auto step = [&] {
@@ -133,10 +136,12 @@ int main(int argc, char** argv) {
       if (round >= 0) out->push_back(ms);
     }
   }
-  // Memory beside what is live before each step.
+  // Memory: the plain step's beside what is live before it; the dumped step's beside what was
+  // live before the debugger, so that the buffers it keeps between steps count.
   fs::remove_all(dir / "dump");
   const int64_t step_peak = modhooks_bench::peak_beside(step);
-  const int64_t dumped_peak = modhooks_bench::peak_beside(dumped);
+  const int64_t kept = modhooks_bench::cpu_live() - live_without_debugger;
+  const int64_t dumped_peak = modhooks_bench::peak_beside(dumped) + kept;
   fs::remove_all(dir);
 
   const double p = bench::median(p_ms), d = bench::median(d_ms), w = bench::median(w_ms);
@@ -146,9 +151,10 @@ int main(int argc, char** argv) {
       "{\"files\": %zu, \"bytes\": %ju, \"rounds\": %d, \"step_ms\": %.3f, \"dumped_ms\": %.3f, "
       "\"step_and_plain_write_ms\": %.3f, \"dump_MBps\": %.1f, \"plain_MBps\": %.1f, "
       "\"ratio\": %.3f, \"goal\": 0.8, \"step_peak_bytes\": %jd, \"dumped_peak_bytes\": %jd, "
-      "\"dump_holds_bytes\": %jd, \"max_pending_bytes\": %zu}\n",
+      "\"dump_holds_bytes\": %jd, \"kept_bytes\": %jd, \"max_pending_bytes\": %zu}\n",
       sizes.size(), bytes, rounds, p, d, w, dump_rate, plain_rate, dump_rate / plain_rate,
       static_cast<intmax_t>(step_peak), static_cast<intmax_t>(dumped_peak),
-      static_cast<intmax_t>(dumped_peak - step_peak), config.max_pending_bytes);
+      static_cast<intmax_t>(dumped_peak - step_peak), static_cast<intmax_t>(kept),
+      config.max_pending_bytes);
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "modhooks/core/error.h"
@@ -40,14 +41,15 @@ Json RecordMaker::tensor(const at::Tensor& tensor, const std::string& data_name)
   add_statistics(tensor, record);
   record["requires_grad"] = tensor.requires_grad();
   if (md5 || files) {
-    // One host copy serves the CRC and the file; a CPU tensor is cloned so that a later
-    // in-place update cannot reach the file.
-    const at::Tensor host = tensor.is_cpu() ? tensor.detach().clone(at::MemoryFormat::Contiguous)
-                                            : tensor.detach().cpu().contiguous();
+    // One host copy serves the CRC and the file, taken now so that a later in-place update
+    // cannot reach the file; the CRC alone reads a contiguous CPU tensor where it is.
+    at::Tensor host = files             ? writer->copy(tensor)
+                      : tensor.is_cpu() ? tensor.detach().contiguous()
+                                        : tensor.detach().cpu().contiguous();
     if (md5) record["md5"] = crc32_hex(host);
     if (files) {
       record["data_name"] = data_name;
-      writer->write(host, folder + "/" + data_name);
+      writer->write(std::move(host), folder + "/" + data_name);
     }
   }
   return record;

@@ -2,6 +2,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "writer.h"
 
+#include <ATen/ATen.h>
+
 #include "modhooks/checkpoint/object.h"
 #include "modhooks/core/error.h"
 
@@ -18,6 +20,34 @@ TensorWriter::~TensorWriter() {
   }
   work_.notify_one();
   thread_.join();
+}
+
+at::Tensor TensorWriter::copy(const at::Tensor& tensor) {
+  const std::size_t bytes = tensor.nbytes();
+  std::optional<c10::Storage> buffer;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (const auto kept = kept_.find(bytes); kept != kept_.end()) {
+      buffer = std::move(kept->second);
+      kept_.erase(kept);
+      kept_bytes_ -= bytes;
+    } else {
+      // Room for a new buffer: the kept ones of other sizes go first.
+      for (auto it = kept_.begin();
+           it != kept_.end() && queued_bytes_ + kept_bytes_ + bytes > budget_;) {
+        kept_bytes_ -= it->first;
+        it = kept_.erase(it);
+      }
+    }
+  }
+  const at::TensorOptions options = tensor.options().device(at::kCPU).requires_grad(false);
+  if (!buffer)
+    return tensor.detach().to(options, /*non_blocking=*/false, /*copy=*/true,
+                              at::MemoryFormat::Contiguous);
+  at::Tensor host = at::empty({0}, options);
+  host.set_(*buffer, 0, tensor.sizes());
+  host.copy_(tensor.detach());
+  return host;
 }
 
 void TensorWriter::write(at::Tensor tensor, std::string path) {
@@ -59,10 +89,15 @@ void TensorWriter::run() {
       failed = e.what();
     }
     const std::size_t bytes = tensor.nbytes();
+    c10::Storage buffer = tensor.storage();
     tensor = at::Tensor();
     lock.lock();
     writing_ = false;
     queued_bytes_ -= bytes;
+    if (queued_bytes_ + kept_bytes_ + bytes <= budget_ && buffer.use_count() == 1) {
+      kept_.emplace(bytes, std::move(buffer));
+      kept_bytes_ += bytes;
+    }
     if (failed && !failure_) failure_ = std::move(failed);
     room_.notify_all();
   }
