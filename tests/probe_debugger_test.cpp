@@ -141,12 +141,14 @@ void train(Model& model, const std::string& name, mp::PrecisionDebugger& debugge
   }
 }
 
-/// The same training of the model Python scripted (probe_oracle.py's `<name>_scripted.pt`).
-void train_scripted(const std::string& name, mp::PrecisionDebugger& debugger) {
+/// The same training of the model Python scripted or traced (probe_oracle.py's
+/// `<name>_scripted.pt`, `<name>_traced.pt`; `how`: "scripted" or "traced").
+void train_torchscript(const std::string& name, const std::string& how,
+                       mp::PrecisionDebugger& debugger) {
   // Without TorchScript's graph optimizer the model runs eager's kernels, so its CRCs are
   // Python's; with it, step 1's gradients differ in the last bits.
   const torch::jit::GraphOptimizerEnabledGuard no_fusion(false);
-  torch::jit::Module model = torch::jit::load(kFixtures + "/" + name + "_scripted.pt");
+  torch::jit::Module model = torch::jit::load(kFixtures + "/" + name + "_" + how + ".pt");
   const c10::IValue inputs = modhooks::load_object(kFixtures + "/" + name + "_inputs.pt");
   std::vector<at::Tensor> params;
   for (const at::Tensor& param : model.parameters()) params.push_back(param);
@@ -183,8 +185,8 @@ mp::Config l0_config(const std::string& dump_path, const std::string& task = "st
 
 // ---- against msprobe
 
-/// model (with "_scripted": the C++ side runs the TorchScript model Python scripted, against
-/// msprobe's eager run), task, summary_mode
+/// model (with "_scripted" or "_traced": the C++ side runs the TorchScript model Python scripted
+/// or traced, against msprobe's eager run), task, summary_mode
 using Variant = std::tuple<std::string, std::string, std::string>;
 
 class ProbeAgainstMsprobe : public ::testing::TestWithParam<Variant> {};
@@ -222,7 +224,8 @@ std::string libtorch_version() {
 TEST_P(ProbeAgainstMsprobe, CompareMatchesAndPassesEveryRow) {
   const auto& [variant, task, summary_mode] = GetParam();
   const std::string model_name = variant.substr(0, variant.find('_'));
-  const bool scripted = variant != model_name;
+  const std::string torchscript =
+      variant == model_name ? "" : variant.substr(model_name.size() + 1);
   const std::string dir = fresh_dir(variant + "_" + task + "_" + summary_mode);
   const std::string config_path =
       write_config(dir + "/config.json", dir + "/python", task, summary_mode);
@@ -235,8 +238,8 @@ TEST_P(ProbeAgainstMsprobe, CompareMatchesAndPassesEveryRow) {
   config.dump_path = dir + "/cpp";
   {
     mp::PrecisionDebugger debugger(config);
-    if (scripted) {
-      train_scripted(model_name, debugger);
+    if (!torchscript.empty()) {
+      train_torchscript(model_name, torchscript, debugger);
     } else if (model_name == "mlp") {
       MLP model;
       train(model, model_name, debugger);
@@ -265,6 +268,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"nested_scripted", "statistics", "statistics"},
                       Variant{"nested_scripted", "statistics", "md5"},
                       Variant{"nested_scripted", "tensor", ""},
+                      Variant{"nested_traced", "statistics", "md5"},
                       Variant{"inplace", "statistics", "statistics"},
                       Variant{"inplace", "statistics", "md5"}, Variant{"inplace", "tensor", ""}),
     [](const ::testing::TestParamInfo<Variant>& info) {
@@ -492,6 +496,36 @@ TEST(ProbeDebugger, EveryTensorFileIsOnDiskWhenStepReturnsWithinTheMemoryBound) 
         ++files;
       }
       EXPECT_EQ(files, named) << "a file left over or missing in step " << step;
+    }
+  }
+}
+
+/// Each file holds its own tensor while the writer reuses the buffers of written files for later
+/// copies of the same size, within one step and across steps, and under a bound that lets it
+/// keep one buffer.
+TEST(ProbeDebugger, TensorFilesHoldTheirOwnValuesWhileBuffersAreReused) {
+  for (const std::size_t bound : {std::size_t{512} << 20, std::size_t{4000}}) {
+    const std::string dir = fresh_dir("reuse_" + std::to_string(bound));
+    mp::Config config = l0_config(dir, "tensor");
+    config.max_pending_bytes = bound;
+    auto seq = modhooks::Sequential(modhooks::nn::Identity());
+    mp::PrecisionDebugger debugger(config);
+    for (int step = 0; step < 2; ++step) {
+      debugger.start(seq);
+      for (int i = 0; i < 12; ++i) {
+        modhooks::call(seq, torch::full({1000}, static_cast<float>(100 * step + i)));
+      }
+      debugger.stop();
+      debugger.step();
+    }
+    for (int step = 0; step < 2; ++step) {
+      const std::string tensors = step_folder(dir, step) + "/dump_tensor_data/";
+      for (int i = 0; i < 12; ++i) {
+        const std::string name = "Module.0.Identity.forward." + std::to_string(i) + ".input.0.pt";
+        const at::Tensor file = modhooks::load_object(tensors + name).toTensor();
+        EXPECT_TRUE(file.equal(torch::full({1000}, static_cast<float>(100 * step + i))))
+            << bound << " " << step << " " << name << ": " << file[0].item<float>();
+      }
     }
   }
 }

@@ -2,7 +2,8 @@
 """msprobe as the oracle of modhooks::probe (tests/probe_debugger_test.cpp, probe_program_test.cpp).
 
     probe_oracle.py models OUT            weights and inputs of the test models, as torch.save files,
-                                           and each model scripted (OUT/<model>_scripted.pt)
+                                           and each model scripted and traced
+                                           (OUT/<model>_scripted.pt, <model>_traced.pt)
     probe_oracle.py program OUT BACKEND    the model "program" exported with hook points, compiled
                                            for BACKEND (aoti: OUT/program.pt2, executorch:
                                            OUT/program.pte), with its weights and inputs beside it;
@@ -182,9 +183,10 @@ def write_models(out):
     for name in ("mlp", "nested", "inplace"):
         model, inputs = fresh(name)
         torch.save(model.state_dict(), out / f"{name}.pt")
-        # The same model and weights scripted, which the C++ test runs as a TorchScript model
-        # against msprobe's eager run (msprobe cannot hook a ScriptModule).
+        # The same model and weights scripted and traced, which the C++ test runs as a
+        # TorchScript model against msprobe's eager run (msprobe cannot hook a ScriptModule).
         torch.jit.script(model).save(str(out / f"{name}_scripted.pt"))
+        torch.jit.trace(model, inputs["x0"]).save(str(out / f"{name}_traced.pt"))
         torch.save(inputs, out / f"{name}_inputs.pt")
 
 
