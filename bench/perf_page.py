@@ -3,12 +3,16 @@
 builds them and calls this with the build folder.
 
     python3 bench/perf_page.py BUILD OUT.md [--processes N] [--filter REGEX] [--no-python]
+                               [--sections REGEX]
 
 Every C++ case is timed in alternation with its baseline (bench/paired.h). The call-hook cases
 (`call_bench`) are run in N fresh processes (10 by default) and given as the median over them,
 with the lowest and highest process; `jit_bench`, `aoti_bench` and `executorch_bench` in 5; the others in one process
 of 5 repetitions. The Python scripts that time Python's side of the same cases follow, as they
-print it. `--filter` keeps the C++ cases whose name matches (for a quick try of the page).
+print it; then the probe's two benchmarks, which time their own baselines (`modhooks::probe`'s
+section). `--filter` keeps the C++ cases whose name matches (for a quick try of the page).
+`--sections` runs only the sections whose title matches and puts them in place of those of
+OUT.md, which must exist: each such section names its own run.
 """
 from __future__ import annotations
 
@@ -123,6 +127,69 @@ def table(processes: list[dict[str, dict]]) -> list[str]:
     return rows
 
 
+PROBE_TITLE = "Precision dumps (`modhooks::probe`)"
+
+
+def probe_section(build: pathlib.Path, bench_dir: pathlib.Path) -> list[str]:
+    """resnet18's step with the statistics dump beside msprobe's (bench/probe_step_bench.py, which
+    alternates the C++ and the Python launches), and task "tensor"'s write rate beside a plain
+    write (probe_write_bench, on every core: its files are written by a thread of their own)."""
+    step_bin, write_bin = build / "bench" / "probe_step_bench", build / "bench" / "probe_write_bench"
+    if not step_bin.exists():
+        return ["", f"## {PROBE_TITLE}", "", "Not built here (`probe_step_bench`): its component is off."]
+    print("perf_page: probe_step_bench.py, 3 launches a language", file=sys.stderr, flush=True)
+    figures = bench_dir / "probe_step.json"
+    subprocess.run([sys.executable, str(ROOT / "bench" / "probe_step_bench.py"), "--binary",
+                    str(step_bin), "--dir", str(bench_dir / "probe_step"), "--launches", "3",
+                    "--json", str(figures)], check=True, stdout=subprocess.DEVNULL)
+    step = json.loads(figures.read_text())
+    cpp, python = step["cpp"], step["python"]
+    rows = ["| case | baseline | modhooks | added | beside it |", "| --- | --- | --- | --- | --- |",
+            f"| resnet18 training step, task `statistics` | {us(cpp['plain_ms'] * 1e3)} | "
+            f"{us(cpp['dump_ms'] * 1e3)} | {signed((cpp['dump_ms'] - cpp['plain_ms']) * 1e3)} | "
+            f"msprobe adds {signed((python['dump_ms'] - python['plain_ms']) * 1e3)} to Python's "
+            f"{us(python['plain_ms'] * 1e3)}: modhooks adds {step['ratio']:.2f} of it "
+            f"(goal {step['goal']}) |"]
+    if write_bin.exists():
+        print("perf_page: probe_write_bench, every core", file=sys.stderr, flush=True)
+        done = subprocess.run([str(write_bin), str(bench_dir / "probe_write"), "8"], check=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              preexec_fn=lambda: os.sched_setaffinity(0, range(os.cpu_count())))
+        w = json.loads(done.stdout.strip().splitlines()[-1])
+        rows.append(
+            f"| task `tensor`, {w['files']} files of {w['bytes'] / 1e6:.1f} MB a step | plain write "
+            f"{w['plain_MBps']:,.0f} MB/s | {w['dump_MBps']:,.0f} MB/s | {w['ratio']:.2f}x (goal "
+            f"{w['goal']}x) | {w['dump_holds_bytes'] / 1e6:.1f} MB held beside the model (bound "
+            f"{w['max_pending_bytes'] / 2**20:.0f} MiB) |")
+    return ["", f"## {PROBE_TITLE}", "",
+            "torchvision's resnet18 (batch 8x3x64x64, SGD) stepped with the statistics dump, against "
+            "the same step without it in the same process, and msprobe's dump of the same step in "
+            "Python against Python's step (`bench/probe_step_bench.py`, median over 3 launches a "
+            "language, alternating); task `tensor`'s files for 8 Linear(512, 512) layers against "
+            "writing the same bytes with `fwrite` (`probe_write_bench`, one process, 8 rounds, on "
+            "every core: the dump writes on a thread of its own).", "", *rows]
+
+
+def replace_sections(page: list[str], sections: list[str]) -> list[str]:
+    """`page` with each "## " section of `sections` in place of its namesake (or at the end)."""
+    def split(lines: list[str]) -> dict[str, list[str]]:
+        parts, title = {"": []}, ""
+        for line in lines:
+            if line.startswith("## "):
+                title = line
+                parts[title] = []
+            parts[title].append(line)
+        return parts
+
+    parts, new = split(page), split(sections)
+    new.pop("")
+    for title, lines in new.items():
+        while lines and not lines[-1]:
+            lines.pop()
+        parts[title] = lines + [""]
+    return [line for lines in parts.values() for line in lines]
+
+
 def machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), platform.processor())
@@ -143,6 +210,7 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=10)
     parser.add_argument("--filter", default=".")
     parser.add_argument("--no-python", action="store_true")
+    parser.add_argument("--sections", help="only the sections whose title matches, into OUT")
     args = parser.parse_args()
     bench = args.build / "bench"
     commit = git("rev-parse", "--short", "HEAD")
@@ -152,13 +220,15 @@ def main() -> int:
         [sys.executable, "-c", "import torch; print(torch.__version__)"], check=True,
         stdout=subprocess.PIPE, text=True).stdout.strip()
     affinity = sorted(os.sched_getaffinity(0))
+    date = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
     page = [
         "# Performance", "",
         "<!-- Written by scripts/perf-table.sh (bench/perf_page.py); edit those, not this page. -->",
         "",
         "What modhooks costs, each figure beside the baseline timed with it. Every table below is "
-        "from one run of `bash scripts/perf-table.sh`:", "",
-        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC;",
+        "from one run of `bash scripts/perf-table.sh`, unless its section names a later run of "
+        "that section alone:", "",
+        f"- date: {date};",
         f"- commit: {commit}; torch {torch_version}, on the CPU;",
         f"- machine: {machine()}; one intra-op thread, on CPU core(s) "
         f"{', '.join(map(str, affinity))}.", "",
@@ -201,8 +271,13 @@ def main() -> int:
             python_lines[script] = [line for line in done.stdout.splitlines()
                                     if line.startswith("python ")]
 
+    wanted = re.compile(args.sections) if args.sections else None
+    if wanted:
+        args.no_python = True
     run_python(before=True)
     for binary, processes, title, what in BENCHES:
+        if wanted and not wanted.search(title):
+            continue
         path = bench / binary
         if not path.exists():
             page += ["", f"## {title}", "", f"Not built here (`{binary}`): its component is off."]
@@ -217,6 +292,8 @@ def main() -> int:
                  else "one process, median of 5 repetitions")
         page += ["", f"## {title}", "", f"{what} `{binary}`, {label}.", "", *table(runs)]
     run_python(before=False)
+    if not wanted or wanted.search(PROBE_TITLE):
+        page += probe_section(args.build, pathlib.Path(values["bench_dir"] or args.build / "bench"))
     if python_lines:
         page += ["", "## Python, for comparison", "",
                  "Python's side of the same cases, on the same machine in the same run, each line "
@@ -224,7 +301,19 @@ def main() -> int:
         for script, _, _ in PYTHON:
             page += python_lines.get(script, [])
         page += ["```"]
-    args.out.write_text("\n".join(page) + "\n")
+    if wanted:
+        header = page.index("## How it is measured")
+        stamp = (f"_This section is from a later run (`perf-table.sh --sections "
+                 f"'{args.sections}'`): {date}, commit {commit}, {machine()}._")
+        body: list[str] = []
+        for line in page[header + 1:]:
+            body.append(line)
+            if line.startswith("## "):
+                body += ["", stamp]
+        intro = next(line for line in page if line.startswith("What modhooks costs"))
+        page = [intro if line.startswith("What modhooks costs") else line
+                for line in replace_sections(args.out.read_text().splitlines(), body)]
+    args.out.write_text("\n".join(page).rstrip("\n") + "\n")
     print(f"perf_page: wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -2,7 +2,7 @@
 """A training step with msprobe's statistics dump: modhooks::probe in C++ against msprobe in Python.
 
   probe_step_bench.py --binary build/bench/probe_step_bench [--dir DIR] [--launches 3]
-                      [--steps 3] [--rounds 8] [--instrument]
+                      [--steps 3] [--rounds 8] [--instrument] [--json FILE]
   probe_step_bench.py prepare DIR         the scripted model and config.json only
   probe_step_bench.py python DIR          one Python launch (prints one JSON line)
 
@@ -17,7 +17,8 @@ by a second copy of the model that no debugger touches, alternating blocks in on
 median over rounds. Each side dumps every step into its own folder under DIR (dump_cpp,
 dump_python: step<N>/proc<pid>/dump.json, construct.json, stack.json). Prints each launch's
 figures, then the median over launches: the plain step, the step with the dump and what the dump
-adds, for each language, and (what modhooks adds) / (what msprobe adds) against the goal 0.2.
+adds, for each language, and (what modhooks adds) / (what msprobe adds) against the goal 0.2;
+with --json, those medians into FILE too (bench/perf_page.py reads them).
 """
 import argparse
 import copy
@@ -134,6 +135,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--instrument", action="store_true")
+    ap.add_argument("--json", type=pathlib.Path)
     a = ap.parse_args()
     if a.command == "prepare":
         prepare(a.cmd_dir or a.dir)
@@ -164,16 +166,21 @@ def main():
             print(f"  launch {i}: {r['impl']:25}  plain {r['plain_ms']:8.2f} ms  "
                   f"dump {r['dump_ms']:8.2f} ms", flush=True)
     print("median over launches, ms per step (same processes, alternating blocks):")
-    adds = {}
+    adds, medians = {}, {}
     for impl, rs in results.items():
         plain = statistics.median(r["plain_ms"] for r in rs)
         dump = statistics.median(r["dump_ms"] for r in rs)
         adds[impl] = dump - plain
+        medians["cpp" if impl == cpp_impl else "python"] = {"plain_ms": plain, "dump_ms": dump}
         print(f"  {impl:25}  plain {plain:8.2f}  with the dump {dump:8.2f}  "
               f"the dump adds {adds[impl]:+8.2f} ({(dump / plain - 1) * 100:+.1f}%)")
     ratio = adds[cpp_impl] / adds["msprobe Python"]
     print(f"  modhooks adds / msprobe adds: {ratio:.3f} (goal <= {GOAL}: "
           f"{'met' if ratio <= GOAL else 'not met'})")
+    if a.json:
+        a.json.write_text(json.dumps({**medians, "ratio": ratio, "goal": GOAL,
+                                      "launches": a.launches, "rounds": a.rounds,
+                                      "steps": a.steps}))
     print(f"run took {time.perf_counter() - began:.0f} s, load average now "
           f"{os.getloadavg()[0]:.2f}")
 
