@@ -128,6 +128,7 @@ def table(processes: list[dict[str, dict]]) -> list[str]:
 
 
 PROBE_TITLE = "Precision dumps (`modhooks::probe`)"
+PYTHON_TITLE = "## Python, for comparison"
 
 
 def probe_section(build: pathlib.Path, bench_dir: pathlib.Path) -> list[str]:
@@ -183,11 +184,17 @@ def replace_sections(page: list[str], sections: list[str]) -> list[str]:
 
     parts, new = split(page), split(sections)
     new.pop("")
+    python = parts.pop(PYTHON_TITLE, None)  # last on a whole run's page too
     for title, lines in new.items():
+        parts[title] = lines
+    if python is not None:
+        parts[PYTHON_TITLE] = python
+    out: list[str] = []
+    for lines in parts.values():
         while lines and not lines[-1]:
-            lines.pop()
-        parts[title] = lines + [""]
-    return [line for lines in parts.values() for line in lines]
+            lines = lines[:-1]
+        out += lines + [""]
+    return out
 
 
 def machine() -> str:
@@ -295,7 +302,7 @@ def main() -> int:
     if not wanted or wanted.search(PROBE_TITLE):
         page += probe_section(args.build, pathlib.Path(values["bench_dir"] or args.build / "bench"))
     if python_lines:
-        page += ["", "## Python, for comparison", "",
+        page += ["", PYTHON_TITLE, "",
                  "Python's side of the same cases, on the same machine in the same run, each line "
                  "as the script prints it, with its own baseline.", "", "```text"]
         for script, _, _ in PYTHON:
