@@ -3,6 +3,7 @@
 #include "statistics.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/api/include/torch/version.h>
 
 #include <array>
 #include <cmath>
@@ -77,6 +78,16 @@ std::array<double, 4> float_cpu_statistics(const at::Tensor& tensor) {
   return {top, bottom, sum / static_cast<float>(tensor.numel()), norm};
 }
 
+/// Max and min on the tensor's device, in one pass (`aminmax`) where libtorch has it for the
+/// dtype: libtorch 1.13's CPU kernel lacks Half, whose max and min are then taken apart.
+std::pair<at::Tensor, at::Tensor> device_extremes(const at::Tensor& tensor) {
+#if TORCH_VERSION_MAJOR < 2
+  if (tensor.is_cpu() && tensor.scalar_type() == at::kHalf) return {tensor.max(), tensor.min()};
+#endif
+  auto [lowest, highest] = at::aminmax(tensor);
+  return {highest, lowest};
+}
+
 }  // namespace
 
 void add_statistics(const at::Tensor& tensor, Json& record) {
@@ -96,7 +107,7 @@ void add_statistics(const at::Tensor& tensor, Json& record) {
     norm = four[3];
   } else if (low_float) {
     // On the tensor's device, stacked so that one small copy reaches the host.
-    const auto [lowest, highest] = at::aminmax(tensor);
+    const auto [highest, lowest] = device_extremes(tensor);
     const at::Tensor four =
         at::stack({highest, lowest, tensor.mean(), tensor.norm()}).to(at::kDouble).cpu();
     const double* v = four.data_ptr<double>();
