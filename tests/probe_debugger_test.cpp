@@ -627,7 +627,8 @@ TEST(ProbeDebugger, DtypesAndNonFiniteValuesAreWrittenAsMsprobeWrites) {
 
 /// Each tensor's Max, Min, Mean and Norm are torch's own (`max`, `min`, `mean`, `norm`) to the bit,
 /// whichever way the debugger takes them: float tensors of sizes around its lanes, with NaN and
-/// infinities, every value negative, one element, a transposed view, and the half precisions.
+/// infinities, every value negative, one element, a transposed view, a negative view (whose bytes
+/// are not its values), and the half precisions.
 TEST(ProbeDebugger, StatisticsAreTorchsToTheBit) {
   const std::string dir = fresh_dir("statistics");
   torch::manual_seed(3);
@@ -644,8 +645,8 @@ TEST(ProbeDebugger, StatisticsAreTorchsToTheBit) {
   tail_nan[34] = std::nanf("");
   tensors.insert(tensors.end(),
                  {nan, infinities, tail_nan, torch::full({20}, -INFINITY), -torch::rand({4097}) - 1,
-                  torch::randn({64, 48}).t(), torch::randn({300}).to(at::kHalf),
-                  torch::randn({300}).to(at::kBFloat16)});
+                  torch::randn({64, 48}).t(), at::_neg_view(torch::randn({100}) + 1),
+                  torch::randn({300}).to(at::kHalf), torch::randn({300}).to(at::kBFloat16)});
   auto seq = modhooks::Sequential(modhooks::nn::Identity());
   {
     mp::PrecisionDebugger debugger(l0_config(dir));

@@ -42,10 +42,13 @@ Json RecordMaker::tensor(const at::Tensor& tensor, const std::string& data_name)
   record["requires_grad"] = tensor.requires_grad();
   if (md5 || files) {
     // One host copy serves the CRC and the file, taken now so that a later in-place update
-    // cannot reach the file; the CRC alone reads a contiguous CPU tensor where it is.
-    at::Tensor host = files             ? writer->copy(tensor)
-                      : tensor.is_cpu() ? tensor.detach().contiguous()
-                                        : tensor.detach().cpu().contiguous();
+    // cannot reach the file; the CRC alone reads a CPU tensor where it is (a negative or
+    // conjugate view's bytes are not its values: those are copied).
+    at::Tensor host = files ? writer->copy(tensor)
+                      : tensor.is_cpu() && !tensor.is_neg() && !tensor.is_conj()
+                          ? tensor.detach().contiguous()
+                          : tensor.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true,
+                                               at::MemoryFormat::Contiguous);
     if (md5) record["md5"] = crc32_hex(host);
     if (files) {
       record["data_name"] = data_name;

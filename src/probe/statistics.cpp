@@ -99,7 +99,7 @@ void add_statistics(const at::Tensor& tensor, Json& record) {
   } else if (tensor.dim() == 0 && (low_float || type == at::kDouble)) {
     const double v = tensor.to(at::kDouble).item<double>();
     max = min = mean = norm = v;
-  } else if (type == at::kFloat && tensor.is_cpu() && tensor.is_contiguous()) {
+  } else if (type == at::kFloat && tensor.is_cpu() && tensor.is_contiguous() && !tensor.is_neg()) {
     const std::array<double, 4> four = float_cpu_statistics(tensor);
     max = four[0];
     min = four[1];
