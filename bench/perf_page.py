@@ -172,7 +172,8 @@ def probe_section(build: pathlib.Path, bench_dir: pathlib.Path) -> list[str]:
 
 
 def replace_sections(page: list[str], sections: list[str]) -> list[str]:
-    """`page` with each "## " section of `sections` in place of its namesake (or at the end)."""
+    """`page` with each "## " section of `sections` in place of its namesake, a new one before
+    Python's section (where a whole run puts it) or at the end."""
     def split(lines: list[str]) -> dict[str, list[str]]:
         parts, title = {"": []}, ""
         for line in lines:
