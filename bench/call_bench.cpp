@@ -309,17 +309,25 @@ void BM_Identity_CallGlobalAndOwnForwardHook_vs_Forward(benchmark::State& state)
 }
 BENCHMARK(BM_Identity_CallGlobalAndOwnForwardHook_vs_Forward)->ArgName("grad")->Arg(1)->Arg(0);
 
-void BM_MLP8_FullBackwardHookPerLayer_vs_NoHooks(benchmark::State& state) {
-  torch::nn::Sequential plain;
-  modhooks::Sequential hooked;
-  std::vector<modhooks::ScopedHandle> handles;
+/// Fills `hooked` with eight Linear(64, 64), each with a no-op full backward hook held in
+/// `handles`; `baseline_layer()` makes the baseline's own layer before each.
+template <class BaselineLayer>
+void hooked_mlp8(modhooks::Sequential& hooked, std::vector<modhooks::ScopedHandle>& handles,
+                 BaselineLayer&& baseline_layer) {
   for (int i = 0; i < 8; ++i) {
-    plain->push_back(torch::nn::Linear(64, 64));
+    baseline_layer();
     hooked->push_back(torch::nn::Linear(64, 64));
     handles.emplace_back(modhooks::register_full_backward_hook(
         hooked->ptr(i),
         [](torch::nn::Module&, const modhooks::TensorList&, const modhooks::TensorList&) {}));
   }
+}
+
+void BM_MLP8_FullBackwardHookPerLayer_vs_NoHooks(benchmark::State& state) {
+  torch::nn::Sequential plain;
+  modhooks::Sequential hooked;
+  std::vector<modhooks::ScopedHandle> handles;
+  hooked_mlp8(hooked, handles, [&] { plain->push_back(torch::nn::Linear(64, 64)); });
   auto x = at::randn({32, 64}).requires_grad_();
   paired(
       state, 1, [&] { plain->forward(x).sum().backward(); },
@@ -333,13 +341,7 @@ void BM_MLP8_FullBackwardHookPerLayer_vs_IdentityFloor(benchmark::State& state) 
   std::vector<torch::nn::Linear> floor_layers;
   modhooks::Sequential hooked;
   std::vector<modhooks::ScopedHandle> handles;
-  for (int i = 0; i < 8; ++i) {
-    floor_layers.emplace_back(64, 64);
-    hooked->push_back(torch::nn::Linear(64, 64));
-    handles.emplace_back(modhooks::register_full_backward_hook(
-        hooked->ptr(i),
-        [](torch::nn::Module&, const modhooks::TensorList&, const modhooks::TensorList&) {}));
-  }
+  hooked_mlp8(hooked, handles, [&] { floor_layers.emplace_back(64, 64); });
   auto x = at::randn({32, 64}).requires_grad_();
   paired(
       state, 1,

@@ -10,7 +10,6 @@ as its baseline, without DDP in the same processes, in alternating blocks (see
 bench/ddp_step_bench.cpp). Prints each launch's figures and the median over launches: the
 no-DDP step, the DDP step and what DDP adds, for each language.
 """
-import argparse
 import json
 import os
 import statistics
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from rounds import alternate, torchrun_json
+from rounds import alternate, parse_args, run_launches, torchrun_json
 
 
 class Mlp(nn.Module):
@@ -77,32 +76,17 @@ def launch(nproc, *cmd):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("command", nargs="?", choices=["worker"])
-    ap.add_argument("--binary")
-    ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--launches", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=10)
-    a = ap.parse_args()
+    a = parse_args(20, 10)
     if a.command == "worker":
         worker(a.steps, a.rounds)
         return
-    if not a.binary:
-        ap.error("--binary is needed")
     args = [str(a.steps), str(a.rounds)]
     cpp = ["--no-python", a.binary, *args]
     python = [os.path.abspath(__file__), "worker", "--steps", *args[:1], "--rounds", *args[1:]]
-    results = {"modhooks C++": [], "Python DDP": []}
     print(f"torch {torch.__version__}, gloo on CPU, {a.nproc} ranks, {os.cpu_count()} cores, "
           f"{a.launches} launches per language of {a.rounds} rounds x {a.steps} steps")
-    for i in range(a.launches):
-        order = (cpp, python) if i % 2 == 0 else (python, cpp)
-        for cmd in order:
-            r = launch(a.nproc, *cmd)
-            results[r["impl"]].append(r)
-            print(f"  launch {i}: {r['impl']:12}  no DDP {r['local_ms']:7.3f} ms  "
-                  f"DDP {r['ddp_ms']:7.3f} ms", flush=True)
+    results = run_launches(a, cpp, python, launch,
+                           lambda r: f"no DDP {r['local_ms']:7.3f} ms  DDP {r['ddp_ms']:7.3f} ms")
     print("median over launches, ms per step (same processes, alternating blocks):")
     summary = {}
     for impl, rs in results.items():

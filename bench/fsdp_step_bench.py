@@ -24,7 +24,6 @@ last launch of each language, rank 0 and the largest over the ranks:
                in each phase (forward and loss, backward, SGD step and zero_grad)
 and the goal of the issue: shards + param peak against shards + one group's unsharded bytes.
 """
-import argparse
 import json
 import os
 import statistics
@@ -37,7 +36,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from rounds import alternate, torchrun_json
+from rounds import alternate, parse_args, run_launches, torchrun_json
 
 HIDDEN, LAYERS = 512, 9
 GROUP_BYTES = (512 * 512 + 512) * 4  # one Linear(512,512), unsharded: 1,050,624
@@ -175,38 +174,22 @@ def launch(nproc, *cmd):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("command", nargs="?", choices=["worker"])
-    ap.add_argument("--binary")
-    ap.add_argument("--library")
-    ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--launches", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=6)
-    a = ap.parse_args()
+    a = parse_args(5, 6, "--library")
     if a.command == "worker":
         worker(a.steps, a.rounds, a.library)
         return
-    if not a.binary:
-        ap.error("--binary is needed")
     library = os.path.abspath(a.library or os.path.join(os.path.dirname(a.binary),
                                                         "libmodhooks_bench_cpu_memory.so"))
     args = [str(a.steps), str(a.rounds)]
     cpp = ["--no-python", a.binary, *args]
     python = [os.path.abspath(__file__), "worker", "--steps", args[0], "--rounds", args[1],
               "--library", library]
-    results = {"modhooks C++": [], "Python FSDP": []}
     print(f"torch {torch.__version__}, gloo on CPU, {a.nproc} ranks, {os.cpu_count()} cores, "
           f"{a.launches} launches per language of {a.rounds} rounds x {a.steps} steps, "
           f"load average {os.getloadavg()[0]:.2f} (other work on the cores shifts the times)")
-    for i in range(a.launches):
-        order = (cpp, python) if i % 2 == 0 else (python, cpp)
-        for cmd in order:
-            ranks = launch(a.nproc, *cmd)
-            r = ranks[0]
-            results[r["impl"]].append(ranks)
-            print(f"  launch {i}: {r['impl']:12}  no FSDP {r['local_ms']:7.3f} ms  "
-                  f"FSDP {r['fsdp_ms']:7.3f} ms  (rank 0)", flush=True)
+    results = run_launches(
+        a, cpp, python, launch,
+        lambda r: f"no FSDP {r['local_ms']:7.3f} ms  FSDP {r['fsdp_ms']:7.3f} ms  (rank 0)")
     print("median over launches, ms per step, rank 0 (same processes, alternating blocks):")
     summary = {}
     for impl, launches in results.items():

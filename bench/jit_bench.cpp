@@ -55,44 +55,63 @@ void BM_Script8_InstrumentedNoHooks_vs_Original(benchmark::State& state) {
 }
 BENCHMARK(BM_Script8_InstrumentedNoHooks_vs_Original);
 
-void BM_Script8_OneInnerHook_vs_Original(benchmark::State& state) {
+using Handles = std::vector<modhooks::ScopedHandle>;
+
+/// Times a second copy of the model, with the hooks `add_hooks(hooked, seen)` registers held
+/// while it runs, in alternation with the untouched model's `forward`. The hooked copy runs by
+/// `forward`, or by `modhooks::call` where `via_call`.
+template <class AddHooks>
+void hooked_vs_original(benchmark::State& state, AddHooks&& add_hooks, bool via_call = false) {
   auto original = model();
   auto hooked = model();
   int64_t seen = 0;
-  modhooks::ScopedHandle h(modhooks::register_forward_hook(
-      modhooks::submodule(hooked, "l3"),
-      [&](torch::jit::Module&, const IValues&, const c10::IValue&) { ++seen; }));
+  const Handles handles = add_hooks(hooked, seen);
   IValues x{at::randn({8, 64})};
-  paired(state, 1, forward_of(original, x), forward_of(hooked, x));
+  if (via_call) {
+    paired(state, 1, forward_of(original, x),
+           [&] { benchmark::DoNotOptimize(modhooks::call(hooked, x)); });
+  } else {
+    paired(state, 1, forward_of(original, x), forward_of(hooked, x));
+  }
   benchmark::DoNotOptimize(seen);
+}
+
+/// A no-op forward hook that counts its calls in `seen`.
+auto counting(int64_t& seen) {
+  return [&seen](torch::jit::Module&, const IValues&, const c10::IValue&) { ++seen; };
+}
+
+void BM_Script8_OneInnerHook_vs_Original(benchmark::State& state) {
+  hooked_vs_original(state, [](torch::jit::Module& hooked, int64_t& seen) {
+    Handles handles;
+    handles.emplace_back(
+        modhooks::register_forward_hook(modhooks::submodule(hooked, "l3"), counting(seen)));
+    return handles;
+  });
 }
 BENCHMARK(BM_Script8_OneInnerHook_vs_Original);
 
 void BM_Script8_InnerPreAndForwardHook_vs_Original(benchmark::State& state) {
-  auto original = model();
-  auto hooked = model();
-  int64_t seen = 0;
-  const torch::jit::Module layer = modhooks::submodule(hooked, "l3");
-  modhooks::ScopedHandle pre(modhooks::register_forward_pre_hook(
-      layer, [&](torch::jit::Module&, const IValues&) { ++seen; }));
-  modhooks::ScopedHandle post(modhooks::register_forward_hook(
-      layer, [&](torch::jit::Module&, const IValues&, const c10::IValue&) { ++seen; }));
-  IValues x{at::randn({8, 64})};
-  paired(state, 1, forward_of(original, x), forward_of(hooked, x));
-  benchmark::DoNotOptimize(seen);
+  hooked_vs_original(state, [](torch::jit::Module& hooked, int64_t& seen) {
+    const torch::jit::Module layer = modhooks::submodule(hooked, "l3");
+    Handles handles;
+    handles.emplace_back(modhooks::register_forward_pre_hook(
+        layer, [&seen](torch::jit::Module&, const IValues&) { ++seen; }));
+    handles.emplace_back(modhooks::register_forward_hook(layer, counting(seen)));
+    return handles;
+  });
 }
 BENCHMARK(BM_Script8_InnerPreAndForwardHook_vs_Original);
 
 void BM_Script8_OneTopLevelHook_vs_Original(benchmark::State& state) {
-  auto original = model();
-  auto hooked = model();
-  int64_t seen = 0;
-  modhooks::ScopedHandle h(modhooks::register_forward_hook(
-      hooked, [&](torch::jit::Module&, const IValues&, const c10::IValue&) { ++seen; }));
-  IValues x{at::randn({8, 64})};
-  paired(state, 1, forward_of(original, x),
-         [&] { benchmark::DoNotOptimize(modhooks::call(hooked, x)); });
-  benchmark::DoNotOptimize(seen);
+  hooked_vs_original(
+      state,
+      [](torch::jit::Module& hooked, int64_t& seen) {
+        Handles handles;
+        handles.emplace_back(modhooks::register_forward_hook(hooked, counting(seen)));
+        return handles;
+      },
+      /*via_call=*/true);
 }
 BENCHMARK(BM_Script8_OneTopLevelHook_vs_Original);
 

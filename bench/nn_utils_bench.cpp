@@ -25,7 +25,7 @@ namespace {
 
 namespace F = torch::nn::functional;
 namespace nu = modhooks::nn::utils;
-using modhooks_bench::paired;
+using modhooks_bench::paired_batches;
 
 constexpr int kBatch = 16;  // forwards per timed batch
 
@@ -81,39 +81,35 @@ struct HandSpectralNormLinearImpl : torch::nn::Module {
 };
 TORCH_MODULE(HandSpectralNormLinear);
 
-template <class Hand, class Layer>
-void by_hand_vs_utility(benchmark::State& state, Hand hand, Layer layer, const at::Tensor& x) {
-  paired(
-      state, kBatch,
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(hand->forward(x));
-      },
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(layer, x));
-      });
+/// `layer` with the utility `apply` through modhooks::call against `Hand`, made from the layer
+/// before the utility, both on a random input of `shape`.
+template <class Hand, class Layer, class Apply>
+void by_hand_vs_utility(benchmark::State& state, Layer layer, Apply apply, at::IntArrayRef shape) {
+  Hand hand(layer);
+  apply(layer);
+  const at::Tensor x = at::randn(shape);
+  paired_batches<kBatch>(
+      state, [&] { return hand->forward(x); }, [&] { return modhooks::call(layer, x); });
 }
 
+constexpr auto kWeightNorm = [](auto& layer) { nu::weight_norm(layer); };
+constexpr auto kSpectralNorm = [](auto& layer) { nu::spectral_norm(layer); };
+
 void BM_WeightNormLinear_Utility_vs_ByHand(benchmark::State& state) {
-  torch::nn::Linear layer(256, 256);
-  HandWeightNormLinear hand(layer);
-  nu::weight_norm(layer);
-  by_hand_vs_utility(state, hand, layer, at::randn({32, 256}));
+  by_hand_vs_utility<HandWeightNormLinear>(state, torch::nn::Linear(256, 256), kWeightNorm,
+                                           {32, 256});
 }
 BENCHMARK(BM_WeightNormLinear_Utility_vs_ByHand);
 
 void BM_WeightNormConv1d_Utility_vs_ByHand(benchmark::State& state) {
-  torch::nn::Conv1d layer(torch::nn::Conv1dOptions(64, 64, 3));
-  HandWeightNormConv1d hand(layer);
-  nu::weight_norm(layer);
-  by_hand_vs_utility(state, hand, layer, at::randn({8, 64, 128}));
+  by_hand_vs_utility<HandWeightNormConv1d>(
+      state, torch::nn::Conv1d(torch::nn::Conv1dOptions(64, 64, 3)), kWeightNorm, {8, 64, 128});
 }
 BENCHMARK(BM_WeightNormConv1d_Utility_vs_ByHand);
 
 void BM_SpectralNormLinear_Utility_vs_ByHand(benchmark::State& state) {
-  torch::nn::Linear layer(256, 256);
-  HandSpectralNormLinear hand(layer);
-  nu::spectral_norm(layer);
-  by_hand_vs_utility(state, hand, layer, at::randn({32, 256}));
+  by_hand_vs_utility<HandSpectralNormLinear>(state, torch::nn::Linear(256, 256), kSpectralNorm,
+                                             {32, 256});
 }
 BENCHMARK(BM_SpectralNormLinear_Utility_vs_ByHand);
 
@@ -130,38 +126,27 @@ void served_vs_plain(benchmark::State& state, Apply apply, bool cached) {
   at::NoGradGuard no_grad;
   std::optional<nu::parametrize::Cached> scope;
   if (cached) scope.emplace();
-  paired(
-      state, kBatch,
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(plain, x));
-      },
-      [&] {
-        for (int i = 0; i < kBatch; ++i) benchmark::DoNotOptimize(modhooks::call(layer, x));
-      });
+  paired_batches<kBatch>(
+      state, [&] { return modhooks::call(plain, x); }, [&] { return modhooks::call(layer, x); });
 }
 
-void weight_norm_of(torch::nn::Linear& layer) { nu::weight_norm(layer); }
-void spectral_norm_of(torch::nn::Linear& layer) { nu::spectral_norm(layer); }
-
-void BM_WeightNormLinear_Served_vs_Plain(benchmark::State& state) {
-  served_vs_plain(state, weight_norm_of, false);
-}
-BENCHMARK(BM_WeightNormLinear_Served_vs_Plain);
-
-void BM_WeightNormLinear_ServedCached_vs_Plain(benchmark::State& state) {
-  served_vs_plain(state, weight_norm_of, true);
-}
-BENCHMARK(BM_WeightNormLinear_ServedCached_vs_Plain);
-
-void BM_SpectralNormLinear_Served_vs_Plain(benchmark::State& state) {
-  served_vs_plain(state, spectral_norm_of, false);
-}
-BENCHMARK(BM_SpectralNormLinear_Served_vs_Plain);
-
-void BM_SpectralNormLinear_ServedCached_vs_Plain(benchmark::State& state) {
-  served_vs_plain(state, spectral_norm_of, true);
-}
-BENCHMARK(BM_SpectralNormLinear_ServedCached_vs_Plain);
+/// The served cases, registered in this order under these names: the utility, and whether
+/// inside a `Cached` scope.
+[[maybe_unused]] const bool kServedCases = [] {
+  struct Case {
+    const char* name;
+    void (*apply)(torch::nn::Linear&);
+    bool cached;
+  };
+  for (const Case& c : {Case{"BM_WeightNormLinear_Served_vs_Plain", kWeightNorm, false},
+                        Case{"BM_WeightNormLinear_ServedCached_vs_Plain", kWeightNorm, true},
+                        Case{"BM_SpectralNormLinear_Served_vs_Plain", kSpectralNorm, false},
+                        Case{"BM_SpectralNormLinear_ServedCached_vs_Plain", kSpectralNorm, true}}) {
+    benchmark::RegisterBenchmark(c.name, served_vs_plain<void (*)(torch::nn::Linear&)>, c.apply,
+                                 c.cached);
+  }
+  return true;
+}();
 
 }  // namespace
 

@@ -58,6 +58,20 @@ void paired(benchmark::State& state, int calls, Baseline&& baseline, Measured&& 
   }
 }
 
+/// `paired` over batches of `Calls` calls of `baseline` and of `measured`, their results kept
+/// from the optimizer.
+template <int Calls, class Baseline, class Measured>
+void paired_batches(benchmark::State& state, Baseline&& baseline, Measured&& measured) {
+  paired(
+      state, Calls,
+      [&] {
+        for (int i = 0; i < Calls; ++i) benchmark::DoNotOptimize(baseline());
+      },
+      [&] {
+        for (int i = 0; i < Calls; ++i) benchmark::DoNotOptimize(measured());
+      });
+}
+
 /// A field of /proc/self/status in KiB ("VmRSS:", "VmHWM:"), or 0 where there is none.
 inline std::int64_t status_kb(const char* field) {
   std::ifstream in("/proc/self/status");

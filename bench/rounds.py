@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """What the step benchmarks of modhooks::dist share in Python (ddp_step_bench.py,
-fsdp_step_bench.py): bench/rounds.h's `alternate`, in Python, and a torchrun launch."""
+fsdp_step_bench.py): their command line, bench/rounds.h's `alternate`, in Python, and torchrun
+launches."""
+import argparse
 import json
 import os
 import subprocess
@@ -8,6 +10,40 @@ import sys
 import time
 
 import torch.distributed as dist
+
+
+def parse_args(steps, rounds, *options):
+    """The command line of a step benchmark: `worker` (its Python ranks, under torchrun) or the
+    driver, which needs --binary; --nproc, --launches, --steps and --rounds (`steps` and `rounds`
+    their defaults), and the string `options` (--library ...)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("command", nargs="?", choices=["worker"])
+    ap.add_argument("--binary")
+    for option in options:
+        ap.add_argument(option)
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--launches", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    a = ap.parse_args()
+    if a.command != "worker" and not a.binary:
+        ap.error("--binary is needed")
+    return a
+
+
+def run_launches(a, cpp, python, launch, line):
+    """Runs `a.launches` pairs of launches of the commands `cpp` and `python`, the order flipping
+    each pair, each through `launch(a.nproc, *cmd)`, which returns rank 0's record or every
+    rank's (rank 0's first); prints `line(rank 0's record)` for each. Returns what `launch`
+    returned, in a list per implementation (the records' "impl"), C++ first."""
+    results = {}
+    for i in range(a.launches):
+        for cmd in (cpp, python) if i % 2 == 0 else (python, cpp):
+            out = launch(a.nproc, *cmd)
+            r = out[0] if isinstance(out, list) else out
+            results.setdefault(r["impl"], []).append(out)
+            print(f"  launch {i}: {r['impl']:12}  {line(r)}", flush=True)
+    return results
 
 
 def torchrun_json(nproc, *cmd):

@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "modhooks/checkpoint/detail/checkpoint_bytes.h"
 #include "modhooks/core/error.h"
@@ -21,6 +23,18 @@ namespace modhooks_fuzz {
 [[noreturn]] inline void violated(const std::string& what) {
   std::fprintf(stderr, "modhooks fuzz invariant violated: %s\n", what.c_str());
   std::abort();
+}
+
+/// What `read(bytes)` returns for the input as bytes, or nothing where it raises modhooks::Error:
+/// rejected, as hostile input should be; any other exception escapes and aborts.
+template <class Read>
+auto accepted(const std::uint8_t* data, std::size_t size, Read&& read)
+    -> std::optional<decltype(read(std::string_view()))> {
+  try {
+    return read(std::string_view(reinterpret_cast<const char*>(data), size));
+  } catch (const modhooks::Error&) {
+    return std::nullopt;
+  }
 }
 
 /// The budget torch.save's reader gives the pickle of a file of the pickle's size: 16 times its
@@ -85,6 +99,17 @@ inline void check_round_trip(const modhooks::StateDict& sd,
       back.metadata().size() != sd.metadata().size()) {
     violated("round trip changed _metadata");
   }
+}
+
+/// The body of a target over one checkpoint reader: what it accepts in `format`, its writer must
+/// write and it must read back unchanged.
+inline int check_reader(const std::uint8_t* data, std::size_t size,
+                        modhooks::detail::CheckpointFormat format) {
+  const auto sd = accepted(data, size, [format](std::string_view bytes) {
+    return modhooks::detail::load_from_bytes(bytes, format);
+  });
+  if (sd) check_round_trip(*sd, format);
+  return 0;
 }
 
 }  // namespace modhooks_fuzz

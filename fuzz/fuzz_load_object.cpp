@@ -96,14 +96,13 @@ bool same(const c10::IValue& a, const c10::IValue& b) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  c10::IValue object;
-  try {
-    object = modhooks::detail::unpickle_object(
-        std::string_view(reinterpret_cast<const char*>(data), size), modhooks_fuzz::fake_record,
-        modhooks_fuzz::pickle_budget(size), modhooks_fuzz::kPickleBudgetRule);
-  } catch (const modhooks::Error&) {
-    return 0;  // rejected, as hostile input should be; any other exception escapes and aborts
-  }
+  const auto loaded = modhooks_fuzz::accepted(data, size, [&](std::string_view bytes) {
+    return modhooks::detail::unpickle_object(bytes, modhooks_fuzz::fake_record,
+                                             modhooks_fuzz::pickle_budget(size),
+                                             modhooks_fuzz::kPickleBudgetRule);
+  });
+  if (!loaded) return 0;
+  const c10::IValue& object = *loaded;
   constexpr std::uint64_t kMaxDenseBytes = 1 << 24;
   if (dense_bytes(object) > kMaxDenseBytes) return 0;
   StringSink sink;

@@ -13,14 +13,11 @@
 #include "unpickler.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  modhooks::StateDict sd;
-  try {
-    sd = modhooks::detail::unpickle_state_dict(
-        std::string_view(reinterpret_cast<const char*>(data), size), modhooks_fuzz::fake_record,
-        modhooks_fuzz::pickle_budget(size), modhooks_fuzz::kPickleBudgetRule);
-  } catch (const modhooks::Error&) {
-    return 0;  // rejected, as hostile input should be; any other exception escapes and aborts
-  }
-  modhooks_fuzz::check_round_trip(sd, modhooks::detail::CheckpointFormat::kTorchSave);
+  const auto sd = modhooks_fuzz::accepted(data, size, [&](std::string_view bytes) {
+    return modhooks::detail::unpickle_state_dict(bytes, modhooks_fuzz::fake_record,
+                                                 modhooks_fuzz::pickle_budget(size),
+                                                 modhooks_fuzz::kPickleBudgetRule);
+  });
+  if (sd) modhooks_fuzz::check_round_trip(*sd, modhooks::detail::CheckpointFormat::kTorchSave);
   return 0;
 }

@@ -370,7 +370,7 @@ TEST(Call, CallsOfAModuleNestedInItsOwnHooksEachSeeTheirOwnArguments) {
   EXPECT_EQ(checked, 2 * 2 * kDepth);
 }
 
-// Each thread keeps the snapshots of the modules it called last (nn's dispatch cache). What it
+// Each thread keeps the snapshots of the modules it called last (nn's call cache). What it
 // keeps must never change what a call runs, nor keep a removed hook alive past the points below.
 
 /// A forward hook that counts its calls and holds `token`, so that a test can tell when the hook

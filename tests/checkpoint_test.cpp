@@ -38,6 +38,7 @@
 #include "modhooks/checkpoint/detail/checkpoint_bytes.h"
 #include "modhooks/state/module_state.h"
 #include "test_util.h"
+#include "torch_save_archive.h"
 
 namespace {
 
@@ -442,16 +443,10 @@ TEST(Checkpoint, FailedSaveKeepsTheOldFile) {
 /// A torch.save archive with this data.pkl and these data/<key> records.
 std::string archive(const std::string& pickle, const std::map<std::string, std::string>& records) {
   std::string bytes;
-  caffe2::serialize::PyTorchStreamWriter writer(
-      std::function<std::size_t(const void*, std::size_t)>([&](const void* p, std::size_t n) {
-        bytes.append(static_cast<const char*>(p), n);
-        return n;
-      }));
-  writer.writeRecord("data.pkl", pickle.data(), pickle.size());
-  for (const auto& [key, data] : records) {
-    writer.writeRecord("data/" + key, data.data(), data.size());
-  }
-  writer.writeEndOfFile();
+  test_archives::write_torch_save(pickle, records, [&](const void* p, std::size_t n) {
+    bytes.append(static_cast<const char*>(p), n);
+    return n;
+  });
   return bytes;
 }
 

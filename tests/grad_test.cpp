@@ -117,7 +117,7 @@ TEST_P(Grad, CheckFiniteNamesTheModuleAndTheGradient) {
   std::string msg = expect_error<modhooks::RuntimeError>(
       [&] { modhooks::grad::check_finite()(*linear, bad); }, "device.grad.non_finite");
   EXPECT_EQ(msg,
-            "modhooks::grad::check_finite: grad_output[2] of module 'torch::nn::LinearImpl' "
+            "modhooks: grad::check_finite: grad_output[2] of module 'torch::nn::LinearImpl' "
             "holds NaN or Inf");
   TensorList nan_input{on(at::full({1}, NAN))};
   msg = expect_error<modhooks::RuntimeError>(

@@ -48,7 +48,7 @@ TEST(HookList, SnapshotIsUnaffectedByLaterChanges) {
 }
 
 TEST(HookList, EmptyListsHaveNoSnapshot) {
-  // Dispatch reads empty lists without their lock: an empty list's snapshot is null.
+  // CallImpl reads empty lists without their lock: an empty list's snapshot is null.
   List list;
   EXPECT_FALSE(list.snapshot());
   const auto id = list.add(1);
@@ -59,7 +59,7 @@ TEST(HookList, EmptyListsHaveNoSnapshot) {
   EXPECT_TRUE(list.empty());
 }
 
-TEST(HookList, KindBitsFollowWhatEachListHolds) {
+TEST(HookList, ListBitsFollowWhatEachListHolds) {
   // Two lists keep their bits in one word, as a module's lists do (ModuleHooks::kinds): each
   // edit changes only the editing list's bits.
   std::atomic<std::uint32_t> word{0};

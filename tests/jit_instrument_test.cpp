@@ -65,6 +65,12 @@ class InnerHooks : public ::testing::TestWithParam<std::string> {
     model = torch::jit::load(fixture("inner_" + GetParam() + ".pt"));
     x = from_json(expected["x"]).to(at::kFloat);
   }
+  /// A forward hook on the submodule at `path` that counts its calls in `calls`.
+  ScopedHandle count_forwards(const std::string& path, int& calls) {
+    return ScopedHandle(modhooks::register_forward_hook(
+        modhooks::submodule(model, path),
+        [&calls](torch::jit::Module&, const Args&, const c10::IValue&) { ++calls; }));
+  }
   json expected;
   torch::jit::Module model;
   at::Tensor x;
@@ -165,9 +171,7 @@ void InnerHooks::check_run(std::vector<Event>& events, const json& want) {
 
 TEST_P(InnerHooks, FireThroughEveryEntryPoint) {
   int calls = 0;
-  ScopedHandle h(modhooks::register_forward_hook(
-      modhooks::submodule(model, "block.1"),
-      [&](torch::jit::Module&, const Args&, const c10::IValue&) { ++calls; }));
+  ScopedHandle h = count_forwards("block.1", calls);
   model.forward({x});
   model.get_method("forward")({x});
   modhooks::call(model, {x});
@@ -219,9 +223,7 @@ TEST_P(InnerHooks, SavedAfterRemovalPythonLoadsAndRuns) {
 
 TEST_P(InnerHooks, UninstrumentAndInstrument) {
   int calls = 0;
-  ScopedHandle h(modhooks::register_forward_hook(
-      modhooks::submodule(model, "head"),
-      [&](torch::jit::Module&, const Args&, const c10::IValue&) { ++calls; }));
+  ScopedHandle h = count_forwards("head", calls);
   model.forward({x});
   EXPECT_EQ(calls, 1);
   modhooks::uninstrument(model);

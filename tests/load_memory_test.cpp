@@ -6,7 +6,6 @@
 // binary because the replacement is global.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
-#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/api/include/torch/version.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -28,6 +27,7 @@
 #include "modhooks/state/module_state.h"
 #include "modhooks/state/state_hooks.h"
 #include "test_util.h"
+#include "torch_save_archive.h"
 
 namespace {
 
@@ -182,16 +182,10 @@ std::string write_archive(const std::string& name, const std::string& pickle,
                           const std::vector<std::pair<std::string, std::string>>& records = {}) {
   const std::string path = temp_path(name);
   std::ofstream file(path, std::ios::binary);
-  caffe2::serialize::PyTorchStreamWriter writer(
-      std::function<std::size_t(const void*, std::size_t)>([&](const void* p, std::size_t n) {
-        file.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
-        return n;
-      }));
-  writer.writeRecord("data.pkl", pickle.data(), pickle.size());
-  for (const auto& [key, data] : records) {
-    writer.writeRecord("data/" + key, data.data(), data.size());
-  }
-  writer.writeEndOfFile();
+  test_archives::write_torch_save(pickle, records, [&](const void* p, std::size_t n) {
+    file.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+    return n;
+  });
   return path;
 }
 

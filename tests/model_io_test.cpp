@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "modhooks/checkpoint/checkpoint.h"
-#include "modhooks/state/detail/copy_fault.h"  // the fault injection of the load's copies
 #include "modhooks/state/module_state.h"
 #include "modhooks/state/state_hooks.h"
+#include "state/copy_fault.h"  // the fault injection of the load's copies (src/, not installed)
 #include "test_util.h"
 
 // libtorch 2.9+ reaches the CUDA caching allocator's statistics through c10's DeviceAllocator,

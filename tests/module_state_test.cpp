@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "modhooks/state/detail/copy_fault.h"
 #include "nets.h"
+#include "state/copy_fault.h"  // the fault injection of the load's copies (src/, not installed)
 #include "test_util.h"
 
 namespace {
@@ -413,24 +413,6 @@ struct WrapImpl : torch::nn::Module {
 
 }  // namespace
 
-TEST(LoadStateDictAtomicity, ACopyThatWouldFailIsFoundBeforeAnyTensorIsWritten) {
-  // A buffer made by `expand` cannot be written: the load finds it while it checks every copy,
-  // before it writes the Linear's tensors that come first.
-  LinearThenStats net;
-  const Snapshot before(*net);
-  auto sd = random_state_of(*net);
-  sd.insert_or_assign("expanded.stats", at::ones({4}));
-  EXPECT_EQ(expect_error<modhooks::RuntimeError>([&] { modhooks::load_state_dict(net, sd); },
-                                                 "state.load.copy_failed"),
-            "Error(s) in loading state_dict for LinearThenStats:\n\tWhile copying the parameter "
-            "named \"expanded.stats\", whose dimensions in the model are torch.Size([4]) and whose "
-            "dimensions "
-            "in the checkpoint are torch.Size([4]), an exception occurred : ('unsupported "
-            "operation: more than one element of the written-to tensor refers to a single memory "
-            "location. Please clone() the tensor before performing the operation.',).");
-  before.expect_unchanged(*net, "after the failed copy");
-}
-
 TEST(LoadStateDictAtomicity, AFailureAtEveryCopyLeavesEveryTensorBitIdentical) {
   Net net;
   const auto sd = random_state_of(*Net());
@@ -529,6 +511,21 @@ TEST(LoadStateDictAtomicity, WhatWouldFailACopyIsFoundBeforeTheFirstWrite) {
       before.expect_unchanged(*net, std::string("after ") + c.name);
     }
   }
+  // A buffer is checked as a parameter is: an expanded one, after the Linear's tensors, fails
+  // the load before they are written, with Python's whole text.
+  LinearThenStats net;
+  const Snapshot before(*net);
+  auto sd = random_state_of(*net);
+  sd.insert_or_assign("expanded.stats", at::ones({4}));
+  EXPECT_EQ(expect_error<modhooks::RuntimeError>([&] { modhooks::load_state_dict(net, sd); },
+                                                 "state.load.copy_failed"),
+            "Error(s) in loading state_dict for LinearThenStats:\n\tWhile copying the parameter "
+            "named \"expanded.stats\", whose dimensions in the model are torch.Size([4]) and whose "
+            "dimensions in the checkpoint are torch.Size([4]), an exception occurred : "
+            "('unsupported operation: more than one element of the written-to tensor refers to a "
+            "single memory location. Please clone() the tensor before performing the "
+            "operation.',).");
+  before.expect_unchanged(*net, "after the failed copy of an expanded buffer");
 }
 
 TEST(LoadStateDictAtomicity, ADeviceFailureInTheCopiesSaysWhatWasWritten) {

@@ -151,16 +151,22 @@ TEST(LoadObject, LoadStillRefusesATrainingCheckpoint) {
       << text;
 }
 
-TEST(LoadObject, EveryTruncationFailsCleanly) {
-  std::ifstream in(fixture("checkpoint.pt"), std::ios::binary);
+/// The fixture `name` loads whole, and every prefix of it from `first` bytes on, in steps of
+/// `step`, raises FormatError.
+void expect_every_truncation_fails(const std::string& name, std::size_t first, std::size_t step) {
+  std::ifstream in(fixture(name), std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_GT(bytes.size(), 1000u);
   EXPECT_NO_THROW(modhooks::detail::load_object_from_bytes(bytes));
-  for (std::size_t n = 0; n < bytes.size(); n += 7) {
+  for (std::size_t n = first; n < bytes.size(); n += step) {
     EXPECT_THROW(modhooks::detail::load_object_from_bytes(std::string_view(bytes).substr(0, n)),
                  modhooks::FormatError)
         << n;
   }
+}
+
+TEST(LoadObject, EveryTruncationFailsCleanly) {
+  expect_every_truncation_fails("checkpoint.pt", 0, 7);
 }
 
 /// Deep equality of loaded objects; tensors by dtype, shape and values.
@@ -216,15 +222,7 @@ TEST(LoadObject, ReadsTheLegacyFormat) {
 }
 
 TEST(LoadObject, EveryTruncationOfALegacyFileFailsCleanly) {
-  std::ifstream in(fixture("legacy_checkpoint.pt"), std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSERT_GT(bytes.size(), 1000u);
-  EXPECT_NO_THROW(modhooks::detail::load_object_from_bytes(bytes));
-  for (std::size_t n = 16; n < bytes.size(); n += 5) {
-    EXPECT_THROW(modhooks::detail::load_object_from_bytes(std::string_view(bytes).substr(0, n)),
-                 modhooks::FormatError)
-        << n;
-  }
+  expect_every_truncation_fails("legacy_checkpoint.pt", 16, 5);
 }
 
 TEST(StateDictFrom, TakesMappingsOfNamesToTensorsOnly) {

@@ -376,29 +376,19 @@ TEST(TestNNParametrization, test_parametrization_same_training_mode) {
 
 TEST(TestNNParametrization, test_errors_unparametrized_tensor_parametrization) {
   Linear module(3, 4);
-  try {
-    parametrize::register_parametrization(module, "foo", Skew());
-    FAIL();
-  } catch (const modhooks::ValueError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "Module 'torch::nn::Linear(in_features=3, out_features=4, bias=true)' does not "
-              "have a parameter, a buffer, or a parametrized element with name 'foo'");
-  }
-  try {
-    parametrize::register_parametrization(module, "weight", ToDouble());
-    FAIL();
-  } catch (const modhooks::ValueError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "Registering a parametrization may not change the dtype of the tensor, unless "
-              "`unsafe` flag is enabled.\nunparametrized dtype: torch.float32\nparametrized "
-              "dtype: torch.float64");
-  }
-  try {
-    parametrize::remove_parametrizations(module, "bias");
-    FAIL();
-  } catch (const modhooks::ValueError& e) {
-    EXPECT_STREQ(e.id(), "nn.utils.parametrize.not_parametrized");
-  }
+  EXPECT_EQ(expect_error<modhooks::ValueError>(
+                [&] { parametrize::register_parametrization(module, "foo", Skew()); },
+                "nn.utils.parametrize.no_tensor"),
+            "Module 'torch::nn::Linear(in_features=3, out_features=4, bias=true)' does not "
+            "have a parameter, a buffer, or a parametrized element with name 'foo'");
+  EXPECT_EQ(expect_error<modhooks::ValueError>(
+                [&] { parametrize::register_parametrization(module, "weight", ToDouble()); },
+                "nn.utils.parametrize.dtype"),
+            "Registering a parametrization may not change the dtype of the tensor, unless "
+            "`unsafe` flag is enabled.\nunparametrized dtype: torch.float32\nparametrized "
+            "dtype: torch.float64");
+  EXPECT_ERROR(parametrize::remove_parametrizations(module, "bias"), ValueError,
+               "nn.utils.parametrize.not_parametrized");
   // None of it changed the module.
   EXPECT_EQ(module->named_parameters().keys(), (std::vector<std::string>{"weight", "bias"}));
   EXPECT_TRUE(module->named_children().is_empty());
@@ -422,12 +412,12 @@ TEST(TestNNParametrization, test_errors_parametrized_tensor_parametrization) {
   // No right inverse: assigning a value fails with Python's text.
   Linear square(4, 4);
   parametrize::register_parametrization(square, "weight", Skew(), /*unsafe=*/true);
-  try {
-    parametrize::parametrizations(square, "weight")->right_inverse(at::zeros({4, 4}));
-    FAIL();
-  } catch (const modhooks::RuntimeError& e) {
-    EXPECT_STREQ(e.what(), "parametrization Skew does not implement right_inverse.");
-  }
+  EXPECT_EQ(expect_error<modhooks::RuntimeError>(
+                [&] {
+                  parametrize::parametrizations(square, "weight")->right_inverse(at::zeros({4, 4}));
+                },
+                "nn.utils.parametrize.no_right_inverse"),
+            "parametrization Skew does not implement right_inverse.");
 }
 
 TEST(TestNNParametrization, test_multiple_inputs_parametrization) {

@@ -8,6 +8,8 @@
 //   static std::string extension();                      // ".pt2"
 //   static std::string file(const std::string& name);    // folder() / name + extension()
 //   static std::string id(const std::string& what);      // "model.no_point" -> the kind's id
+//   static std::string file_id(const std::string& what); // "open_failed" -> the kind's id for
+//                                                        // a file it refuses
 //   static std::unique_ptr<Net> serving_threads(const std::string& path);  // for 2 threads
 //
 // The fixture writes, per case: the program, `<case>.json` (the point table, eager's firing
@@ -763,6 +765,16 @@ TYPED_TEST_P(Points, ErrorsAMovedFromProgramIsAnError) {
   expect_close(moved.run(c.inputs()), c.outputs(), "the model moved to");
 }
 
+/// The refusals every kind makes before it runs anything of a file; the kind's own (a file of
+/// another format) are in its test file.
+TYPED_TEST_P(Points, ErrorsAnAbsentFileOrOneOfAnotherAbiIsRefused) {
+  using Net = typename TypeParam::Net;
+  EXPECT_ERROR(Net(TypeParam::folder() + "/absent" + TypeParam::extension()), RuntimeError,
+               TypeParam::file_id("open_failed"));
+  EXPECT_ERROR_WITH(Net(TypeParam::file("other_abi")), RuntimeError,
+                    TypeParam::file_id("abi_mismatch"), "exported for the modhooks ABI 9.9");
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     Points, ModelPointsAreTheExportedModulesInGraphOrderWithTheirTypes,
     ModelUnknownPointNamesThePackageAndItsPoints, ModelPackageWithoutPointsHasNone,
@@ -781,6 +793,6 @@ REGISTER_TYPED_TEST_SUITE_P(
     KeepACopyThatFailsHalfWayLeavesNoKeptTensorOverTheModelsMemory,
     ErrorsHookThatThrowsEndsTheRunWithItsExceptionAndTheNextRunWorks,
     ErrorsAHookThatRunsItsOwnProgramWithNoRunnerFreeRaises, ErrorsAMovedFromProgramIsAnError,
-    HooksAHookThatRunsAnotherProgramThenReplaces);
+    HooksAHookThatRunsAnotherProgramThenReplaces, ErrorsAnAbsentFileOrOneOfAnotherAbiIsRefused);
 
 }  // namespace point_tests

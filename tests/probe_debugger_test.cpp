@@ -193,19 +193,6 @@ class ProbeAgainstMsprobe : public ::testing::TestWithParam<Variant> {};
 
 namespace {
 
-/// msprobe's config.json for `task` (and `summary_mode`), dumping to `dump_path`; its path.
-std::string write_config(const std::string& path, const std::string& dump_path,
-                         const std::string& task, const std::string& summary_mode) {
-  const std::string section =
-      "{\"scope\": [], \"list\": [], \"data_mode\": [\"all\"]" +
-      (task == "statistics" ? ", \"summary_mode\": \"" + summary_mode + "\"" : std::string()) + "}";
-  std::ofstream(path) << "{\"task\": \"" + task + "\", \"dump_path\": \"" + dump_path +
-                             "\", \"rank\": [], \"step\": [], \"level\": \"L0\", "
-                             "\"async_dump\": false, \"" +
-                             task + "\": " + section + "}";
-  return path;
-}
-
 /// The oracle's `dump` (msprobe's own run in Python) of `model_name`, optionally skewed.
 std::pair<int, std::string> python_dump(const std::string& model_name,
                                         const std::string& config_path,
@@ -228,7 +215,7 @@ TEST_P(ProbeAgainstMsprobe, CompareMatchesAndPassesEveryRow) {
       variant == model_name ? "" : variant.substr(model_name.size() + 1);
   const std::string dir = fresh_dir(variant + "_" + task + "_" + summary_mode);
   const std::string config_path =
-      write_config(dir + "/config.json", dir + "/python", task, summary_mode);
+      probe_files::write_config(dir + "/config.json", dir + "/python", task, summary_mode);
 
   const auto [golden_status, golden_log] = python_dump(model_name, config_path);
   if (golden_status == 77) GTEST_SKIP() << "msprobe is not installed: " << golden_log;
@@ -292,11 +279,12 @@ TEST_P(ProbeSkewAgainstMsprobe, CompareMarksTheModuleAsForTwoPythonRuns) {
   const std::string dir = fresh_dir("skew_" + skew + "_" + task + "_" + summary_mode);
   // msprobe's dump of the model in Python, and of the same model skewed as the C++ one is.
   const auto golden = python_dump(
-      model_name, write_config(dir + "/golden.json", dir + "/golden", task, summary_mode));
+      model_name,
+      probe_files::write_config(dir + "/golden.json", dir + "/golden", task, summary_mode));
   if (golden.first == 77) GTEST_SKIP() << "msprobe is not installed: " << golden.second;
   ASSERT_EQ(golden.first, 0) << golden.second;
   const std::string skewed_config =
-      write_config(dir + "/skewed.json", dir + "/python_skewed", task, summary_mode);
+      probe_files::write_config(dir + "/skewed.json", dir + "/python_skewed", task, summary_mode);
   const auto skewed = python_dump(model_name, skewed_config, skew);
   ASSERT_EQ(skewed.first, 0) << skewed.second;
 

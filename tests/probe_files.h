@@ -1,7 +1,8 @@
 // modhooks: PyTorch's module hooks for libtorch.
 // SPDX-License-Identifier: BSD-3-Clause
 //
-// What the probe tests share: running the Python oracle, and reading the dumps they compare.
+// What the probe tests share: msprobe's config, running the Python oracle, and reading the dumps
+// they compare.
 #pragma once
 
 #include <sys/wait.h>
@@ -55,6 +56,19 @@ inline std::string step_folder(const std::string& dump_path, int step) {
     return entry.path().string();
   }
   return "";
+}
+
+/// msprobe's config.json for `task` (and `summary_mode`), dumping to `dump_path`; its path.
+inline std::string write_config(const std::string& path, const std::string& dump_path,
+                                const std::string& task, const std::string& summary_mode) {
+  const std::string section =
+      "{\"scope\": [], \"list\": [], \"data_mode\": [\"all\"]" +
+      (task == "statistics" ? ", \"summary_mode\": \"" + summary_mode + "\"" : std::string()) + "}";
+  std::ofstream(path) << "{\"task\": \"" + task + "\", \"dump_path\": \"" + dump_path +
+                             "\", \"rank\": [], \"step\": [], \"level\": \"L0\", "
+                             "\"async_dump\": false, \"" +
+                             task + "\": " + section + "}";
+  return path;
 }
 
 /// msprobe's compare, through the oracle `python oracle compare ...`, of the C++ dump under

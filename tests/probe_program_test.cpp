@@ -69,19 +69,6 @@ std::string fresh_dir(const std::string& name) {
   return dir;
 }
 
-/// msprobe's config.json for `task` (and `summary_mode`), dumping to `dump_path`; its path.
-std::string write_config(const std::string& path, const std::string& dump_path,
-                         const std::string& task, const std::string& summary_mode) {
-  const std::string section =
-      "{\"scope\": [], \"list\": [], \"data_mode\": [\"all\"]" +
-      (task == "statistics" ? ", \"summary_mode\": \"" + summary_mode + "\"" : std::string()) + "}";
-  std::ofstream(path) << "{\"task\": \"" + task + "\", \"dump_path\": \"" + dump_path +
-                             "\", \"rank\": [], \"step\": [], \"level\": \"L0\", "
-                             "\"async_dump\": false, \"" +
-                             task + "\": " + section + "}";
-  return path;
-}
-
 /// probe_oracle.py's `infer` run in C++: the compiled program run once a step on that step's
 /// input, with the debugger started on it.
 void infer(mp::PrecisionDebugger& debugger) {
@@ -112,7 +99,7 @@ PROBE_TEST_P(PROBE_PROGRAM_AGAINST, CompareMatchesAndPassesEveryRow) {
   const auto& [task, summary_mode] = GetParam();
   const std::string dir = fresh_dir(task + "_" + summary_mode);
   const std::string config_path =
-      write_config(dir + "/config.json", dir + "/python", task, summary_mode);
+      probe_files::write_config(dir + "/config.json", dir + "/python", task, summary_mode);
   const auto [golden_status, golden_log] = run(std::string(MODHOOKS_PYTHON) + " " + kOracle +
                                                " infer " + kPrograms + " program " + config_path);
   if (golden_status == 77) GTEST_SKIP() << "msprobe is not installed: " << golden_log;

@@ -34,6 +34,16 @@ class FixedMask final : public prune::BasePruningMethod {
   at::Tensor mask_;
 };
 
+/// Prunes the weight of test_random_pruning*'s Linear(5, 2) with a FixedMask holding `fill`
+/// everywhere but at [1][0] and [0][3], which hold 1 - fill; returns the mask.
+at::Tensor apply_fixed_mask(Linear& m, int fill) {
+  at::Tensor mask = at::full_like(m->weight, fill);
+  mask.index_put_({1, 0}, 1 - fill);
+  mask.index_put_({0, 3}, 1 - fill);
+  prune::apply(m, "weight", std::make_shared<FixedMask>(mask));
+  return mask;
+}
+
 /// A method whose compute_mask throws (test_pruning_rollback's mock).
 class Throws final : public prune::BasePruningMethod {
  public:
@@ -55,23 +65,10 @@ TEST(TestPruningNN, test_validate_pruning_amount_init) {
                            prune::Amount(0.0), prune::Amount(1), prune::Amount(1.0)}) {
     (void)ok;
   }
-  try {
-    prune::Amount(1.5);
-    FAIL();
-  } catch (const modhooks::ValueError& e) {
-    EXPECT_STREQ(
-        e.what(),
-        "amount=1.5 should either be a float in the range [0, 1] or a non-negative integer");
-    EXPECT_STREQ(e.id(), "nn.utils.prune.amount");
-  }
-  try {
-    prune::Amount(-3);
-    FAIL();
-  } catch (const modhooks::ValueError& e) {
-    EXPECT_STREQ(
-        e.what(),
-        "amount=-3 should either be a float in the range [0, 1] or a non-negative integer");
-  }
+  EXPECT_EQ(expect_error<modhooks::ValueError>([] { prune::Amount(1.5); }, "nn.utils.prune.amount"),
+            "amount=1.5 should either be a float in the range [0, 1] or a non-negative integer");
+  EXPECT_EQ(expect_error<modhooks::ValueError>([] { prune::Amount(-3); }, "nn.utils.prune.amount"),
+            "amount=-3 should either be a float in the range [0, 1] or a non-negative integer");
 }
 
 TEST(TestPruningNN, test_validate_pruning_amount) {
@@ -155,10 +152,7 @@ TEST(TestPruningNN, test_random_pruning_0perc) {
 TEST(TestPruningNN, test_random_pruning) {
   const at::Tensor input = at::ones({1, 5});
   Linear m(5, 2);
-  at::Tensor mask = at::ones_like(m->weight);
-  mask.index_put_({1, 0}, 0);
-  mask.index_put_({0, 3}, 0);
-  prune::apply(m, "weight", std::make_shared<FixedMask>(mask));
+  const at::Tensor mask = apply_fixed_mask(m, 1);
   modhooks::call(m, input).sum().backward();
   // weight_orig is the parameter: it accumulates the grad, zero where masked.
   EXPECT_TRUE(at::equal(nn_utils_scenarios::parameter_of(*m, "weight_orig").grad(), mask));
@@ -175,10 +169,7 @@ TEST(TestPruningNN, test_random_pruning) {
 TEST(TestPruningNN, test_random_pruning_forward) {
   const at::Tensor input = at::ones({1, 5});
   Linear m(5, 2);
-  at::Tensor mask = at::zeros_like(m->weight);
-  mask.index_put_({1, 0}, 1);
-  mask.index_put_({0, 3}, 1);
-  prune::apply(m, "weight", std::make_shared<FixedMask>(mask));
+  apply_fixed_mask(m, 0);
   const at::Tensor yhat = modhooks::call(m, input);
   const at::Tensor orig = nn_utils_scenarios::parameter_of(*m, "weight_orig");
   EXPECT_TRUE(at::allclose(yhat[0][0], orig[0][3] + m->bias[0]));
@@ -188,10 +179,7 @@ TEST(TestPruningNN, test_random_pruning_forward) {
 TEST(TestPruningNN, test_remove_pruning_forward) {
   const at::Tensor input = at::ones({1, 5});
   Linear m(5, 2);
-  at::Tensor mask = at::ones_like(m->weight);
-  mask.index_put_({1, 0}, 0);
-  mask.index_put_({0, 3}, 0);
-  prune::apply(m, "weight", std::make_shared<FixedMask>(mask));
+  apply_fixed_mask(m, 1);
   const at::Tensor pruned = modhooks::call(m, input);
   prune::remove(m, "weight");
   EXPECT_TRUE(at::equal(pruned, modhooks::call(m, input)));
@@ -322,15 +310,10 @@ TEST(TestPruningNN, test_remove_pruning_exception) {
     }
   }
   Linear m(2, 1);
-  try {
-    prune::remove(m, "weight");
-    FAIL();
-  } catch (const modhooks::ValueError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "Parameter 'weight' of module torch::nn::Linear(in_features=2, out_features=1, "
-              "bias=true) has to be pruned before pruning can be removed");
-    EXPECT_STREQ(e.id(), "nn.utils.prune.not_pruned");
-  }
+  EXPECT_EQ(expect_error<modhooks::ValueError>([&] { prune::remove(m, "weight"); },
+                                               "nn.utils.prune.not_pruned"),
+            "Parameter 'weight' of module torch::nn::Linear(in_features=2, out_features=1, "
+            "bias=true) has to be pruned before pruning can be removed");
 }
 
 TEST(TestPruningNN, test_global_pruning) {
@@ -416,19 +399,12 @@ TEST(TestPruningNN, IsPrunedReachesSubmodules) {
 
 TEST(TestPruningNN, ErrorsWithPythonTexts) {
   Linear m(4, 2);
-  try {
-    prune::l1_unstructured(m, "weights", 0.2);
-    FAIL();
-  } catch (const modhooks::AttributeError& e) {
-    EXPECT_STREQ(e.what(), "'Linear' object has no attribute 'weights'");
-    EXPECT_STREQ(e.id(), "nn.utils.no_attribute");
-  }
-  try {
-    prune::l1_unstructured(m, "weight", 9);
-    FAIL();
-  } catch (const modhooks::ValueError& e) {
-    EXPECT_STREQ(e.what(), "amount=9 should be smaller than the number of parameters to prune=8");
-  }
+  EXPECT_EQ(expect_error<modhooks::AttributeError>(
+                [&] { prune::l1_unstructured(m, "weights", 0.2); }, "nn.utils.no_attribute"),
+            "'Linear' object has no attribute 'weights'");
+  EXPECT_EQ(expect_error<modhooks::ValueError>([&] { prune::l1_unstructured(m, "weight", 9); },
+                                               "nn.utils.prune.amount"),
+            "amount=9 should be smaller than the number of parameters to prune=8");
   EXPECT_THROW(prune::ln_structured(m, "bias", 1, 2.0, 0), modhooks::ValueError);  // 1-D
   EXPECT_THROW(prune::ln_structured(m, "weight", 1, 2.0, 2), modhooks::IndexError);
   EXPECT_THROW(prune::global_unstructured({{m, "weight"}}, prune::RandomStructured, 0.2),

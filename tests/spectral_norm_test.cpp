@@ -16,27 +16,28 @@
 namespace {
 
 namespace nu = modhooks::nn::utils;
+using nn_utils_scenarios::buffer_of;
+using nn_utils_scenarios::parameter_of;
 using torch::nn::Linear;
 
 TEST(TestNN, test_spectral_norm) {
   const at::Tensor input = at::randn({3, 5});
   Linear m(5, 7);
   nu::spectral_norm(m);
-  EXPECT_EQ(nn_utils_scenarios::buffer_of(*m, "weight_u").sizes(),
-            (std::vector<std::int64_t>{m->weight.size(0)}));
-  EXPECT_TRUE(nn_utils_scenarios::parameter_of(*m, "weight_orig").defined());  // trainable
-  EXPECT_TRUE(nn_utils_scenarios::buffer_of(*m, "weight_u").defined());
-  EXPECT_TRUE(nn_utils_scenarios::buffer_of(*m, "weight_v").defined());
-  EXPECT_FALSE(nn_utils_scenarios::parameter_of(*m, "weight").defined());  // a plain attribute
-  EXPECT_FALSE(nn_utils_scenarios::buffer_of(*m, "weight").defined());
+  EXPECT_EQ(buffer_of(*m, "weight_u").sizes(), (std::vector<std::int64_t>{m->weight.size(0)}));
+  EXPECT_TRUE(parameter_of(*m, "weight_orig").defined());  // trainable
+  EXPECT_TRUE(buffer_of(*m, "weight_u").defined());
+  EXPECT_TRUE(buffer_of(*m, "weight_v").defined());
+  EXPECT_FALSE(parameter_of(*m, "weight").defined());  // a plain attribute
+  EXPECT_FALSE(buffer_of(*m, "weight").defined());
   // It shares storage with weight_orig until the first forward computes it.
-  EXPECT_TRUE(m->weight.is_alias_of(nn_utils_scenarios::parameter_of(*m, "weight_orig")));
-  EXPECT_EQ(m->weight.strides(), nn_utils_scenarios::parameter_of(*m, "weight_orig").strides());
+  EXPECT_TRUE(m->weight.is_alias_of(parameter_of(*m, "weight_orig")));
+  EXPECT_EQ(m->weight.strides(), parameter_of(*m, "weight_orig").strides());
 
   nu::remove_spectral_norm(m);
-  EXPECT_FALSE(nn_utils_scenarios::parameter_of(*m, "weight_orig").defined());
-  EXPECT_FALSE(nn_utils_scenarios::buffer_of(*m, "weight_u").defined());
-  EXPECT_TRUE(nn_utils_scenarios::parameter_of(*m, "weight").defined());
+  EXPECT_FALSE(parameter_of(*m, "weight_orig").defined());
+  EXPECT_FALSE(buffer_of(*m, "weight_u").defined());
+  EXPECT_TRUE(parameter_of(*m, "weight").defined());
   try {
     nu::spectral_norm(m);
     nu::spectral_norm(m);
@@ -57,9 +58,8 @@ TEST(TestNN, test_spectral_norm_dim) {
   torch::nn::ConvTranspose2d m(torch::nn::ConvTranspose2dOptions(3, 4, {5, 6}));
   nu::spectral_norm(m);
   modhooks::call(m, at::randn({2, 3, 8, 8}));
-  EXPECT_EQ(
-      nn_utils_scenarios::buffer_of(*m, "weight_u").sizes(),
-      (std::vector<std::int64_t>{nn_utils_scenarios::parameter_of(*m, "weight_orig").size(1)}));
+  EXPECT_EQ(buffer_of(*m, "weight_u").sizes(),
+            (std::vector<std::int64_t>{parameter_of(*m, "weight_orig").size(1)}));
 }
 
 TEST(TestNN, test_spectral_norm_forward) {
@@ -68,9 +68,9 @@ TEST(TestNN, test_spectral_norm_forward) {
   Linear m(5, 7);
   nu::spectral_norm(m);
   // The forward by hand, before the module's (which then does the same power iteration).
-  at::Tensor weight = nn_utils_scenarios::parameter_of(*m, "weight_orig").detach().clone();
+  at::Tensor weight = parameter_of(*m, "weight_orig").detach().clone();
   const at::Tensor matrix = weight.view({weight.size(0), -1});
-  at::Tensor u = nn_utils_scenarios::buffer_of(*m, "weight_u").clone();
+  at::Tensor u = buffer_of(*m, "weight_u").clone();
   at::Tensor v = F::normalize(at::mv(matrix.t(), u), F::NormalizeFuncOptions().dim(0).eps(1e-12));
   u = F::normalize(at::mv(matrix, v), F::NormalizeFuncOptions().dim(0).eps(1e-12));
   weight = weight / at::dot(u, at::matmul(matrix, v));
@@ -82,12 +82,12 @@ TEST(TestNN, SpectralNormEvalDoesNoPowerIteration) {
   Linear m(5, 7);
   nu::spectral_norm(m);
   m->eval();
-  const at::Tensor u = nn_utils_scenarios::buffer_of(*m, "weight_u").clone();
+  const at::Tensor u = buffer_of(*m, "weight_u").clone();
   modhooks::call(m, at::randn({3, 5}));
-  EXPECT_TRUE(at::equal(nn_utils_scenarios::buffer_of(*m, "weight_u"), u));
+  EXPECT_TRUE(at::equal(buffer_of(*m, "weight_u"), u));
   m->train();
   modhooks::call(m, at::randn({3, 5}));
-  EXPECT_FALSE(at::equal(nn_utils_scenarios::buffer_of(*m, "weight_u"), u));
+  EXPECT_FALSE(at::equal(buffer_of(*m, "weight_u"), u));
 }
 
 TEST(TestNN, SpectralNormStateDictVersion) {
@@ -151,8 +151,8 @@ TEST(TestNN, SpectralNormLoadModelAndSaveModel) {
   nn_utils_scenarios::Scenario again = nn_utils_scenarios::prepared("sn_tall", tall);
   modhooks::load_model(*again.module, dir + "sn_old.pt");  // the upgrade runs here too
   const modhooks::StateDict upgraded = modhooks::load(dir + "sn_old_loaded.pt");
-  EXPECT_TRUE(nn_utils_scenarios::near(nn_utils_scenarios::buffer_of(*again.module, "weight_v"),
-                                       upgraded.at("weight_v")));
+  EXPECT_TRUE(
+      nn_utils_scenarios::near(buffer_of(*again.module, "weight_v"), upgraded.at("weight_v")));
 }
 
 TEST(TestNN, SpectralNormDifferential) {

@@ -9,16 +9,16 @@
 
 #include "modhooks/core/detail/adapt.h"
 #include "modhooks/core/handle.h"
-#include "modhooks/detail/module_ref.h"
 #include "modhooks/dispatch/detail/global.h"
 #include "modhooks/jit/detail/registry.h"
 #include "modhooks/nn/detail/registry.h"
+#include "modhooks/registration/detail/module_ref.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE
 
 namespace detail {
-/// What registering a forward hook sets up beyond the tables, per kind: TorchScript's always-call
+/// What registering a forward hook sets up beyond the lists, per kind: TorchScript's always-call
 /// hooks need full calls at the rewritten call sites (jit/detail/registry.h); others need none.
 template <class M>
 void forward_hook_added(M& /*module*/, bool /*always_call*/) noexcept {}
@@ -138,7 +138,7 @@ constexpr bool generic_kind_takes(KindList<K...> /*kinds*/) {
                                              std::is_invocable<F&, K&, A...>>...>;
 }
 
-/// Whether global hook `F` goes to the tables of kind `K`: any hook callable with it, for kinds
+/// Whether global hook `F` goes to the lists of kind `K`: any hook callable with it, for kinds
 /// that take generic hooks; for the others, only a hook written for them (no generic kind takes
 /// it), so that an `auto&` hook is never instantiated for them.
 template <class F, class K, class... A>
@@ -179,7 +179,7 @@ RemovableHandle add_global_hook(F hook, Select select, Entry entry, bool prepend
       select(*global_hooks<K>()).add(std::move(stored), prepend, id);
     }
   });
-  return RemovableHandle(global_hook_tables(), id);
+  return RemovableHandle(global_hook_remover(), id);
 }
 
 constexpr auto same = [](auto fn) { return fn; };

@@ -10,29 +10,9 @@
 
 #include "modhooks/core/error.h"
 #include "modhooks/dispatch/detail/global_tables.h"
-#include "modhooks/points/detail/table.h"
-
-// The global tables of this kind (global_tables.h).
-template struct modhooks::detail::GlobalHooksActive<const modhooks::aoti::Point>;
-template const std::shared_ptr<modhooks::detail::ModuleHooks<const modhooks::aoti::Point>>&
-modhooks::detail::global_hooks<const modhooks::aoti::Point>();
 
 MODHOOKS_BEGIN_NAMESPACE
-
-namespace aoti {
-
-Point::Point(std::string name, std::string type_name, bool inputs, bool single, std::size_t index)
-    : PointInfo(std::move(name), std::move(type_name), inputs, single, index),
-      hooks_(std::make_shared<modhooks::detail::PointHooks>()) {}
-
-}  // namespace aoti
-
 namespace detail {
-
-const std::shared_ptr<PointHooks>& hooks_for(const aoti::Point& point) noexcept {
-  return point.hooks_;
-}
-
 namespace {
 
 /// The keys of a package's metadata that modhooks writes (python/modhooks/export.py).
@@ -53,7 +33,7 @@ bool zip_file(const std::string& path, bool& exists) {
 
 AotiModel::AotiModel(std::string path_, std::size_t num_runners, const std::string& model_name,
                      int device_index)
-    : path(std::move(path_)), runners(num_runners) {
+    : CompiledProgram(std::move(path_)), runners(num_runners) {
   if (num_runners == 0) {
     fail<ValueError>("aoti.model.num_runners",
                      "modhooks: num_runners must be at least 1 (loading " + path + ")");
@@ -86,7 +66,7 @@ AotiModel::AotiModel(std::string path_, std::size_t num_runners, const std::stri
   } catch (const std::exception& e) {
     fail_unloadable(e);
   }
-  read_points(metadata);
+  read_point_table(metadata);
 }
 
 void AotiModel::fail_unloadable(const std::exception& e) const {
@@ -110,19 +90,15 @@ void AotiModel::check_device(const std::unordered_map<std::string, std::string>&
                          "CUDA is");
 }
 
-void AotiModel::read_points(const std::unordered_map<std::string, std::string>& metadata) {
+void AotiModel::read_point_table(const std::unordered_map<std::string, std::string>& metadata) {
   if (metadata.find(kAbiKey) == metadata.end()) return;  // compiled without modhooks' points
   auto table = metadata.find(kPointsKey);
-  for (PointEntry& entry :
-       parse_point_table(table == metadata.end() ? std::string("[]") : table->second, path,
-                         "aoti.package.bad_points")) {
-    auto point = std::make_unique<aoti::Point>(std::move(entry.name), std::move(entry.type_name),
-                                               entry.inputs, entry.single, points.size());
-    names.push_back(point->name());
-    points.push_back(std::move(point));
-  }
-  for (const auto& p : points) by_name_.emplace(p->name(), p.get());
+  read_points(table == metadata.end() ? std::string("[]") : table->second,
+              "aoti.package.bad_points");
 }
 
 }  // namespace detail
 MODHOOKS_END_NAMESPACE
+
+// The global lists of this kind (global_tables.h).
+template struct modhooks::detail::GlobalHooks<const modhooks::aoti::Point>;

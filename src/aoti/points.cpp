@@ -41,6 +41,14 @@ void input_point(at::TensorList xs, at::TensorList outs, const at::Tensor& /*tok
 
 }  // namespace
 
+const ProgramWords AotiModel::words{
+    "aoti::Model",
+    "aoti.model.moved_from",
+    "aoti.model.no_point",
+    "modhooks.export",
+    "aoti.model.run_failed",
+    {"aoti.point.keep_failed", "aoti.hook.bad_replacement", "aoti.hook.replacement_mismatch"}};
+
 void AotiModel::refuse_reentrant_run() const {
   fail<RuntimeError>("aoti.model.reentrant_run",
                      "modhooks: a hook ran " + path + " again while its " +
@@ -49,16 +57,12 @@ void AotiModel::refuse_reentrant_run() const {
                          "load the Model with more runners (num_runners) or run another Model");
 }
 
-void AotiModel::fail_run(const std::exception& e) const {
-  fail<RuntimeError>("aoti.model.run_failed", "modhooks: running " + path + " failed: " + e.what());
-}
-
 }  // namespace detail
 MODHOOKS_END_NAMESPACE
 
 // The hook-point operators, with the schemas python/modhooks/_ops.py declares for export. In
-// the unit of `AotiModel::fail_run`, which `Model::run` needs, so that a static libmodhooks_aoti
-// keeps this registration wherever a program runs a package.
+// the unit of `AotiModel::refuse_reentrant_run`, which `Model::run` needs, so that a static
+// libmodhooks_aoti keeps this registration wherever a program runs a package.
 TORCH_LIBRARY(modhooks, m) {
   m.def("output_point_(Tensor(a!)[] xs, Tensor(b!) token, str name) -> ()");
   m.def("output_point(Tensor[] xs, Tensor(a!)[] outs, Tensor(b!) token, str name) -> ()");

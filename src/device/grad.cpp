@@ -82,7 +82,7 @@ std::optional<std::size_t> first_non_finite(const TensorList& grads) {
 
 void fail_non_finite(const char* list_name, std::size_t index, const std::string& module) {
   modhooks::detail::fail<RuntimeError>(
-      "device.grad.non_finite", "modhooks::grad::check_finite: " + std::string(list_name) + "[" +
+      "device.grad.non_finite", "modhooks: grad::check_finite: " + std::string(list_name) + "[" +
                                     std::to_string(index) + "] of module '" + module +
                                     "' holds NaN or Inf");
 }

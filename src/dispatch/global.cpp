@@ -12,8 +12,8 @@ MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 namespace {
 
-/// Every kind's global tables made so far, as the function that removes an id from them.
-class GlobalHookTables final : public HookTableBase {
+/// Every kind's global lists made so far, as the function that removes an id from them.
+class GlobalHookRemover final : public HookRemover {
  public:
   void add(std::function<void(std::uint64_t)> remove) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -33,15 +33,15 @@ class GlobalHookTables final : public HookTableBase {
   std::vector<std::function<void(std::uint64_t)>> tables_;
 };
 
-const std::shared_ptr<GlobalHookTables>& tables() {
-  static const auto made = std::make_shared<GlobalHookTables>();
+const std::shared_ptr<GlobalHookRemover>& tables() {
+  static const auto made = std::make_shared<GlobalHookRemover>();
   return made;
 }
 
 }  // namespace
 
-const std::shared_ptr<HookTableBase>& global_hook_tables() {
-  static const std::shared_ptr<HookTableBase> as_base = tables();
+const std::shared_ptr<HookRemover>& global_hook_remover() {
+  static const std::shared_ptr<HookRemover> as_base = tables();
   return as_base;
 }
 

@@ -38,15 +38,16 @@ constexpr int64_t kBroadcastBucketBytes = 250 * kMiB;  // DDP's broadcast_bucket
       std::string::npos) {
     modhooks::detail::fail<RuntimeError>(
         "dist.reducer.unused_parameters",
-        "[modhooks.dist.unused_parameters] The previous step did not reduce every gradient: "
+        "modhooks: the previous step did not reduce every gradient: "
         "the model has parameters that took no part in producing its loss. Construct "
         "DistributedDataParallel with DDPOptions().find_unused_parameters(true) (or "
         ".static_graph(true) when the set of unused parameters stays the same every step), or "
         "make every output of forward part of the loss. libtorch's Reducer says: " +
             text);
   }
-  modhooks::detail::fail<RuntimeError>("dist.reducer.failed",
-                                       std::string("[modhooks.dist.") + when + "] " + text);
+  modhooks::detail::fail<RuntimeError>(
+      "dist.reducer.failed",
+      std::string("modhooks: libtorch's Reducer failed (") + when + "): " + text);
 }
 
 template <class F>
@@ -116,9 +117,8 @@ void verify_same_model(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
   }
   if (!differ.str().empty()) {
     modhooks::detail::fail<RuntimeError>(
-        error_id, std::string("[modhooks.dist.model_mismatch] ") + who +
-                      " needs the same model on every rank:" + differ.str() + " (this is rank " +
-                      std::to_string(rank) + ")");
+        error_id, std::string("modhooks: ") + who + " needs the same model on every rank:" +
+                      differ.str() + " (this is rank " + std::to_string(rank) + ")");
   }
 }
 
@@ -202,7 +202,7 @@ class FunctionCommHook : public c10d::CommHookInterface {
     if (result.isList()) return result.toList().get(0).toTensor();
     modhooks::detail::fail<TypeError>(
         "dist.comm_hook.bad_result",
-        "[modhooks.dist.comm_hook] a comm hook's future must hold a tensor or a list of "
+        "modhooks: a comm hook's future must hold a tensor or a list of "
         "tensors, not " +
             result.tagKind());
   }
@@ -258,8 +258,7 @@ class AllReduceHook : public c10d::CommHookInterface {
 std::exception_ptr backward_error(const std::string& cause) {
   return std::make_exception_ptr(RuntimeError(
       "dist.backward.reduction_failed",
-      "[modhooks.dist.backward] a gradient bucket's reduction failed during backward: " +
-          first_line(cause) +
+      "modhooks: a gradient bucket's reduction failed during backward: " + first_line(cause) +
           " (another rank has probably died or stopped: see its log; a rank that merely waits "
           "fails after InitOptions().timeout)"));
 }
@@ -329,7 +328,7 @@ class MeanAllReduceHook : public c10d::CommHookInterface {
 CommHook::CommHook(Function function) {
   if (!function)
     modhooks::detail::fail<ValueError>("dist.comm_hook.empty_function",
-                                       "[modhooks.dist.comm_hook] empty comm hook function");
+                                       "modhooks: empty comm hook function");
   factory_ = [f = std::move(function)](const c10::intrusive_ptr<c10d::ProcessGroup>&) {
     return std::make_unique<detail::FunctionCommHook>(f);
   };
@@ -538,14 +537,13 @@ void DistributedDataParallelBase::check_hook_registration() const {
   if (s.default_hook) {
     modhooks::detail::fail<RuntimeError>(
         "dist.comm_hook.registered_too_late",
-        "[modhooks.dist.comm_hook] register_comm_hook must come before the first forward of "
+        "modhooks: register_comm_hook must come before the first forward of "
         "the DistributedDataParallel object (its default reduction is in place from then on)");
   }
   if (s.hook_registered) {
-    modhooks::detail::fail<RuntimeError>(
-        "dist.comm_hook.registered_twice",
-        "[modhooks.dist.comm_hook] register_comm_hook may be called once per "
-        "DistributedDataParallel object");
+    modhooks::detail::fail<RuntimeError>("dist.comm_hook.registered_twice",
+                                         "modhooks: register_comm_hook may be called once per "
+                                         "DistributedDataParallel object");
   }
 }
 

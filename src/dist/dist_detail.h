@@ -34,7 +34,7 @@ void translate(const char* what, F&& f) {
   } catch (const std::exception& e) {
     modhooks::detail::fail<RuntimeError>(
         "dist.backend.call_failed",
-        std::string("[modhooks.dist.") + what + "] " + first_line(e.what()));
+        std::string("modhooks: ") + what + " failed: " + first_line(e.what()));
   }
 }
 

@@ -34,7 +34,7 @@ using torch::autograd::variable_list;
 namespace ud = nn::utils::detail;
 
 [[noreturn]] void fail_fsdp(const char* id, const std::string& text) {
-  modhooks::detail::fail<RuntimeError>(id, "[modhooks.dist.fully_shard] " + text);
+  modhooks::detail::fail<RuntimeError>(id, "modhooks: " + text);
 }
 
 /// Python's TrainingState.
@@ -888,14 +888,14 @@ void set_model_state_dict(torch::nn::Module& module, const StateDict& state_dict
   }
   if (verdict == kKeys) {
     modhooks::detail::fail<KeyError>("dist.fsdp.state_dict_keys",
-                                     "set_model_state_dict: the state dict does not fit the "
-                                     "model:" +
+                                     "modhooks: set_model_state_dict: the state dict does "
+                                     "not fit the model:" +
                                          text);
   }
   if (verdict == kShape) {
     modhooks::detail::fail<RuntimeError>("dist.fsdp.state_dict_shape",
-                                         "set_model_state_dict: the state dict does not fit the "
-                                         "model:" +
+                                         "modhooks: set_model_state_dict: the state dict does "
+                                         "not fit the model:" +
                                              text);
   }
   torch::NoGradGuard no_grad;

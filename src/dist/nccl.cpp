@@ -25,9 +25,8 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
 #else
   (void)store, (void)rank, (void)size, (void)timeout;
-  modhooks::detail::fail<RuntimeError>(
-      "dist.init.nccl_unavailable",
-      "[modhooks.dist.init] NCCL is not compiled into modhooks::dist");
+  modhooks::detail::fail<RuntimeError>("dist.init.nccl_unavailable",
+                                       "modhooks: NCCL is not compiled into modhooks::dist");
 #endif
 }
 

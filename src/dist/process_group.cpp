@@ -38,9 +38,8 @@ int to_int(const std::string& text, const std::string& what) {
     if (used == text.size()) return value;
   } catch (const std::exception&) {
   }
-  modhooks::detail::fail<ValueError>(
-      "dist.init.not_an_integer",
-      "[modhooks.dist.init] " + what + " is not an integer: '" + text + "'");
+  modhooks::detail::fail<ValueError>("dist.init.not_an_integer",
+                                     "modhooks: " + what + " is not an integer: '" + text + "'");
 }
 
 /// "tcp://host:port?rank=0&world_size=2" -> ("host:port", {rank: 0, world_size: 2}).
@@ -77,7 +76,7 @@ int pick(int option, const std::map<std::string, std::string>& query, const char
   std::string value = env_or(env);
   if (value.empty()) {
     modhooks::detail::fail<ValueError>("dist.init.missing_setting",
-                                       "[modhooks.dist.init] " + what + " is unknown: set " + env +
+                                       "modhooks: " + what + " is unknown: set " + env +
                                            " (torchrun does), pass InitOptions()." + key +
                                            "(...) or ?" + key + "= in the URL");
   }
@@ -88,8 +87,8 @@ c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, int port, int
                                           int world_size, std::chrono::milliseconds timeout) {
   if (port < 0 || port > 65535) {
     modhooks::detail::fail<ValueError>(
-        "dist.init.bad_port", "[modhooks.dist.init] port must have value from 0 to 65535 but was " +
-                                  std::to_string(port));
+        "dist.init.bad_port",
+        "port must have value from 0 to 65535 but was " + std::to_string(port) + ".");
   }
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(port);
@@ -112,7 +111,7 @@ Rendezvous rendezvous(const InitOptions& options, std::chrono::milliseconds time
   if (scheme_end == std::string::npos) {
     modhooks::detail::fail<RuntimeError>(
         "dist.init.unknown_scheme",
-        "[modhooks.dist.init] init_method '" + url +
+        "modhooks: init_method '" + url +
             "' has no scheme: use env://, tcp://host:port or file:///path");
   }
   std::string scheme = url.substr(0, scheme_end);
@@ -125,7 +124,7 @@ Rendezvous rendezvous(const InitOptions& options, std::chrono::milliseconds time
     if (addr.empty() || port.empty()) {
       modhooks::detail::fail<ValueError>(
           "dist.init.missing_setting",
-          "[modhooks.dist.init] env:// needs MASTER_ADDR and MASTER_PORT (torchrun sets them)");
+          "modhooks: env:// needs MASTER_ADDR and MASTER_PORT (torchrun sets them)");
     }
     return {tcp_store(addr, to_int(port, "MASTER_PORT"), rank, world, timeout), rank, world};
   }
@@ -134,8 +133,8 @@ Rendezvous rendezvous(const InitOptions& options, std::chrono::milliseconds time
     int world = pick(options.world_size(), query, "world_size", "WORLD_SIZE", "world size");
     auto colon = body.rfind(':');
     if (colon == std::string::npos) {
-      modhooks::detail::fail<ValueError>(
-          "dist.init.bad_url", "[modhooks.dist.init] tcp:// URL needs a port: '" + url + "'");
+      modhooks::detail::fail<ValueError>("dist.init.bad_url",
+                                         "modhooks: tcp:// URL needs a port: '" + url + "'");
     }
     std::string host = body.substr(0, colon);
     if (host.size() > 1 && host.front() == '[' && host.back() == ']') {
@@ -148,15 +147,15 @@ Rendezvous rendezvous(const InitOptions& options, std::chrono::milliseconds time
     int rank = pick(options.rank(), query, "rank", "RANK", "rank");
     int world = pick(options.world_size(), query, "world_size", "WORLD_SIZE", "world size");
     if (body.empty())
-      modhooks::detail::fail<ValueError>(
-          "dist.init.bad_url", "[modhooks.dist.init] file:// URL has no path: '" + url + "'");
+      modhooks::detail::fail<ValueError>("dist.init.bad_url",
+                                         "modhooks: file:// URL has no path: '" + url + "'");
     auto store = c10::make_intrusive<c10d::FileStore>(body, world);
     store->setTimeout(timeout);
     return {store, rank, world};
   }
   modhooks::detail::fail<RuntimeError>(
-      "dist.init.unknown_scheme", "[modhooks.dist.init] unknown init_method scheme '" + scheme +
-                                      "': use env://, tcp:// or file://");
+      "dist.init.unknown_scheme",
+      "modhooks: unknown init_method scheme '" + scheme + "': use env://, tcp:// or file://");
 }
 
 }  // namespace
@@ -164,20 +163,19 @@ Rendezvous rendezvous(const InitOptions& options, std::chrono::milliseconds time
 void init_process_group(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(default_group_mutex);
   if (default_group_) {
-    modhooks::detail::fail<ValueError>(
-        "dist.init.already_initialized",
-        "[modhooks.dist.init] trying to initialize the default process group twice");
+    modhooks::detail::fail<ValueError>("dist.init.already_initialized",
+                                       "trying to initialize the default process group twice!");
   }
   const std::string& backend = options.backend();
   if (backend != "gloo" && backend != "nccl") {
     modhooks::detail::fail<ValueError>(
         "dist.init.unknown_backend",
-        "[modhooks.dist.init] unknown backend '" + backend + "': use gloo or nccl");
+        "modhooks: unknown backend '" + backend + "': use gloo or nccl");
   }
   if (backend == "nccl" && !is_nccl_available()) {
     modhooks::detail::fail<RuntimeError>(
         "dist.init.nccl_unavailable",
-        "[modhooks.dist.init] this build of modhooks::dist has no NCCL (its libtorch has none, "
+        "modhooks: this build of modhooks::dist has no NCCL (its libtorch has none, "
         "or NCCL's headers were missing at build time)");
   }
   auto timeout = options.timeout();
@@ -188,7 +186,7 @@ void init_process_group(const InitOptions& options) {
     Rendezvous rv = rendezvous(options, timeout);
     if (rv.world_size <= 0 || rv.rank < 0 || rv.rank >= rv.world_size) {
       modhooks::detail::fail<ValueError>(
-          "dist.init.bad_rank", "[modhooks.dist.init] rank " + std::to_string(rv.rank) +
+          "dist.init.bad_rank", "modhooks: rank " + std::to_string(rv.rank) +
                                     " is not in a world of size " + std::to_string(rv.world_size));
     }
     // The same store prefixes as Python's init_process_group, so a store shared with other
@@ -215,9 +213,9 @@ void init_process_group(const InitOptions& options) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    modhooks::detail::fail<RuntimeError>(
-        "dist.init.failed", "[modhooks.dist.init] init_process_group(" + options.init_method() +
-                                ") failed: " + detail::first_line(e.what()));
+    modhooks::detail::fail<RuntimeError>("dist.init.failed",
+                                         "modhooks: init_process_group(" + options.init_method() +
+                                             ") failed: " + detail::first_line(e.what()));
   }
 }
 
@@ -229,10 +227,9 @@ bool is_initialized() {
 c10::intrusive_ptr<c10d::ProcessGroup> default_group() {
   std::lock_guard<std::mutex> lock(default_group_mutex);
   if (!default_group_) {
-    modhooks::detail::fail<ValueError>(
-        "dist.group.not_initialized",
-        "[modhooks.dist.not_initialized] Default process group has not been initialized, please "
-        "make sure to call modhooks::dist::init_process_group.");
+    modhooks::detail::fail<ValueError>("dist.group.not_initialized",
+                                       "Default process group has not been initialized, please "
+                                       "make sure to call modhooks::dist::init_process_group.");
   }
   return default_group_;
 }

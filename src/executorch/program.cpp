@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "modhooks/core/error.h"
+#include "modhooks/dispatch/detail/global_tables.h"
 #include "modhooks/points/detail/firing.h"
-#include "modhooks/points/detail/table.h"
 #include "program.h"
 
 MODHOOKS_BEGIN_NAMESPACE
@@ -45,21 +45,24 @@ TensorView view_of(const at::Tensor& t) {
 
 }  // namespace
 
-EtProgram::EtProgram(std::string path_) : path(std::move(path_)), runtime(readable(path)) {
+EtProgram::EtProgram(std::string path_)
+    : CompiledProgram(std::move(path_)), runtime(readable(path)) {
   const char* bad = "executorch.program.bad_points";
   std::optional<std::string> abi = runtime.string_constant(kAbiMethod, bad);
   if (!abi) return;  // exported without modhooks' points
   check_point_abi(*abi, path, "executorch.program.abi_mismatch");
   std::optional<std::string> table = runtime.string_constant(kPointsMethod, bad);
-  for (PointEntry& entry : parse_point_table(table.value_or("[]"), path, bad)) {
-    auto point =
-        std::make_unique<executorch::Point>(std::move(entry.name), std::move(entry.type_name),
-                                            entry.inputs, entry.single, points.size());
-    names.push_back(point->name());
-    points.push_back(std::move(point));
-  }
-  for (const auto& p : points) by_name_.emplace(p->name(), p.get());
+  read_points(table.value_or("[]"), bad);
 }
+
+const ProgramWords EtProgram::words{
+    "executorch::Program",
+    "executorch.program.moved_from",
+    "executorch.program.no_point",
+    "modhooks.export with backend='executorch'",
+    "executorch.program.run_failed",
+    {"executorch.point.keep_failed", "executorch.hook.bad_replacement",
+     "executorch.hook.replacement_mismatch"}};
 
 void EtProgram::refuse_reentrant_run() const {
   fail<RuntimeError>("executorch.program.reentrant_run",
@@ -68,9 +71,9 @@ void EtProgram::refuse_reentrant_run() const {
                          "call at a time, so run another Program");
 }
 
-void EtProgram::fail_run(const std::exception& e) const {
-  fail<RuntimeError>("executorch.program.run_failed",
-                     "modhooks: running " + path + " failed: " + e.what());
+bool fire_point(std::string_view name, bool inputs, const TensorView* views,
+                std::size_t n) noexcept {
+  return Points<EtProgram>::fire_over(c10::string_view(name.data(), name.size()), inputs, views, n);
 }
 
 }  // namespace detail
@@ -78,29 +81,7 @@ void EtProgram::fail_run(const std::exception& e) const {
 namespace executorch {
 
 Program::Program(const std::string& path)
-    : impl_(std::make_unique<modhooks::detail::EtProgram>(path)) {}
-
-Program::~Program() = default;
-Program::Program(Program&&) noexcept = default;
-Program& Program::operator=(Program&&) noexcept = default;
-
-modhooks::detail::EtProgram& Program::live() const {
-  if (!impl_) {
-    modhooks::detail::fail<RuntimeError>(
-        "executorch.program.moved_from",
-        "modhooks: this executorch::Program was moved from; use the Program it was moved to");
-  }
-  return *impl_;
-}
-
-const std::vector<std::string>& Program::points() const { return live().names; }
-
-const Point& Program::point(const std::string& name) const {
-  const modhooks::detail::EtProgram& program = live();
-  if (const Point* p = program.find(name)) return *p;
-  modhooks::detail::fail_no_point(program.path, name, program.names, "executorch.program.no_point",
-                                  "modhooks.export with backend='executorch'");
-}
+    : ProgramHandle(std::make_unique<modhooks::detail::EtProgram>(path)) {}
 
 std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs) {
   modhooks::detail::EtProgram& program = live();
@@ -147,7 +128,11 @@ std::vector<at::Tensor> Program::run(const std::vector<at::Tensor>& inputs) {
   return results;
 }
 
-const std::string& Program::path() const { return live().path; }
-
 }  // namespace executorch
 MODHOOKS_END_NAMESPACE
+
+template class modhooks::detail::ProgramHandle<modhooks::detail::EtProgram,
+                                               modhooks::executorch::Point>;
+
+// The global lists of this kind (global_tables.h).
+template struct modhooks::detail::GlobalHooks<const modhooks::executorch::Point>;

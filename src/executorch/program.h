@@ -11,8 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "modhooks/dispatch/detail/global.h"
 #include "modhooks/executorch/point.h"
-#include "modhooks/points/detail/replacement.h"
+#include "modhooks/points/detail/program.h"
 #include "modhooks/version.h"
 #include "runtime.h"
 
@@ -22,37 +23,24 @@
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
-class EtProgram {
+class EtProgram : public CompiledProgram<EtProgram, executorch::Point> {
  public:
   /// What `Points` needs of a program (modhooks/points/detail/firing.h).
-  using PointType = executorch::Point;
-  static constexpr PointErrorIds ids{"executorch.point.keep_failed",
-                                     "executorch.hook.bad_replacement",
-                                     "executorch.hook.replacement_mismatch"};
+  static const ProgramWords words;  // defined beside the errors that use it
 
   /// Loads the program at `path`; throws `executorch.program.*` as docs/errors.md lists them.
   explicit EtProgram(std::string path);
 
-  const executorch::Point* find(std::string_view name) const {
-    auto it = by_name_.find(name);
-    return it == by_name_.end() ? nullptr : it->second;
-  }
   /// `executorch.program.reentrant_run`: a hook ran this program while it runs on this thread.
   [[noreturn]] void refuse_reentrant_run() const;
-  /// `executorch.program.run_failed`: the run failed with `e`, which no hook threw.
-  [[noreturn]] void fail_run(const std::exception& e) const;
-
-  std::string path;
   /// One run at a time: an ExecuTorch method is not safe to run from two threads at once.
   static constexpr std::size_t runners = 1;
   std::mutex running;
   EtRuntime runtime;
-  std::vector<std::unique_ptr<executorch::Point>> points;
-  std::vector<std::string> names;
-
- private:
-  std::unordered_map<std::string_view, const executorch::Point*> by_name_;
 };
+
+/// The global lists of this kind, instantiated in src/executorch/program.cpp.
+extern template struct GlobalHooks<const executorch::Point>;
 
 }  // namespace detail
 MODHOOKS_END_NAMESPACE

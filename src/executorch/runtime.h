@@ -2,15 +2,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-#include <array>
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "modhooks/points/detail/tensor_view.h"
 #include "modhooks/version.h"
 
 // What passes between ExecuTorch's side of the component (runtime.cpp, the one unit with
@@ -20,15 +19,6 @@
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
-
-/// A contiguous CPU tensor as both runtimes can describe it.
-struct TensorView {
-  static constexpr std::size_t kMaxDim = 16;  // ExecuTorch's kTensorDimensionLimit
-  void* data = nullptr;
-  std::int8_t dtype = 0;
-  std::size_t dim = 0;
-  std::array<std::int64_t, kMaxDim> sizes{};
-};
 
 /// A loaded ExecuTorch program and its method `forward`, with modhooks' point kernel registered.
 class EtRuntime {
@@ -58,7 +48,7 @@ class EtRuntime {
 };
 
 /// Fires point `name` (its input point where `inputs`) on `outs`, the point's tensors in the
-/// program's memory, on this thread's run (src/executorch/points.cpp). Called by the point's
+/// program's memory, on this thread's run (src/executorch/program.cpp). Called by the point's
 /// kernel inside ExecuTorch, so it never throws: false where the run must end, its error
 /// recorded for `Program::run`.
 bool fire_point(std::string_view name, bool inputs, const TensorView* outs, std::size_t n) noexcept;

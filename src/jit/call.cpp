@@ -104,7 +104,7 @@ void JitCall::accept_args() const { check_args(*site, *module, values); }
 void JitCall::accept_output() const { check_output(*site, *module, returned.get()); }
 
 void JitCall::snapshot_lists(CallSnapshots<torch::jit::Module>& fresh) const {
-  fresh.global.take(global_hooks<torch::jit::Module>().get(), /*guarded=*/false);
+  fresh.global.take(global_hooks_if_any<torch::jit::Module>(), /*guarded=*/false);
   const std::shared_ptr<JitHooks> hooks = find_hooks(*module);
   fresh.local.take(hooks.get(), /*guarded=*/false);
 }
@@ -119,15 +119,15 @@ HookedCall::HookedCall(torch::jit::Module module, const std::shared_ptr<JitHooks
                        std::shared_ptr<const CallSite> site)
     : module_(std::move(module)),
       site_(std::move(site)),
-      snapshots_(global_hooks<torch::jit::Module>().get(), hooks.get()),
-      dispatch_(snapshots_),
+      snapshots_(global_hooks_if_any<torch::jit::Module>(), hooks.get()),
+      sequence_(snapshots_),
       call_{&module_, site_.get(), nullptr, {}, {}} {}
 
 c10::IValue HookedCall::run(std::vector<c10::IValue> args,
                             const std::function<c10::IValue(std::vector<c10::IValue>&)>& invoke) {
   call_.values = std::move(args);
   call_.invoke = &invoke;
-  dispatch_.run(module_, call_);
+  sequence_.run(module_, call_);
   return std::move(call_.returned.owned());
 }
 
@@ -137,7 +137,7 @@ HookedCall::~HookedCall() {
 
 void HookedCall::enter(std::vector<c10::IValue>& args) {
   call_.values = std::move(args);
-  dispatch_.enter(module_, call_);
+  sequence_.enter(module_, call_);
   // Forward hooks see the args as the method received them; they may be registered until it
   // returns, so the args are kept whatever hooks there are now.
   args = call_.values;
@@ -147,13 +147,13 @@ void HookedCall::enter(std::vector<c10::IValue>& args) {
 void HookedCall::exit(c10::IValue& output) {
   open_ = false;  // `exit` runs the always-call hooks itself where it throws
   call_.returned.replace(std::move(output));
-  dispatch_.exit(module_, call_);
+  sequence_.exit(module_, call_);
   output = std::move(call_.returned.owned());
 }
 
 void HookedCall::failed() noexcept {
   open_ = false;
-  dispatch_.failed(module_, call_);
+  sequence_.failed(module_, call_);
 }
 
 c10::IValue run_with_hooks(torch::jit::Module& module, const std::shared_ptr<JitHooks>& hooks,
@@ -181,11 +181,10 @@ std::exception_ptr take_inner_error(const std::exception& seen) noexcept {
   return nullptr;
 }
 
-c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue> inputs) {
+c10::IValue call_script_with_hooks(torch::jit::Module& module, std::vector<c10::IValue> inputs) {
   try {
     auto hooks = find_hooks(module);
-    if (!hooks && global_hooks<torch::jit::Module>()->empty())
-      return module.forward(std::move(inputs));
+    if (!hooks && !any_global_hooks<torch::jit::Module>()) return module.forward(std::move(inputs));
     CallSite site;  // named only when an error needs it
     site.callee = &module.get_method("forward").function();
     // Not owned: the call ends before `site` does.

@@ -35,7 +35,7 @@ struct CallSite {
   bool exact_arity = false;
 };
 
-/// How a call of a TorchScript module shows itself to the hook sequence (see `Dispatch`): its
+/// How a call of a TorchScript module shows itself to the hook sequence (see `CallImpl`): its
 /// args and output are IValues already; replacements are checked against the call site's types.
 struct JitCall {
   const HookArgs& args() const noexcept { return values; }
@@ -63,7 +63,7 @@ struct JitCall {
 /// The hook side of one call of a TorchScript module, whole (`run`) or in the two halves that a
 /// call site rewritten as `modhooks::enter` / `modhooks::exit` runs apart. The hook lists are
 /// snapshotted when it is made (the forward hooks and the always-call hooks are read again where
-/// they changed, see `Dispatch`).
+/// they changed, see `CallImpl`).
 class HookedCall : public torch::CustomClassHolder {
  public:
   /// `hooks` are the module's own tables (may be null); global hooks are added.
@@ -76,7 +76,7 @@ class HookedCall : public torch::CustomClassHolder {
   ~HookedCall() override;
   HookedCall(const HookedCall&) = delete;
   HookedCall& operator=(const HookedCall&) = delete;
-  bool empty() const { return dispatch_.empty(); }
+  bool empty() const { return sequence_.empty(); }
 
   /// Runs `invoke` (the module's method) on `args` inside the hooks; returns its output.
   c10::IValue run(std::vector<c10::IValue> args,
@@ -94,7 +94,7 @@ class HookedCall : public torch::CustomClassHolder {
   torch::jit::Module module_;
   std::shared_ptr<const CallSite> site_;
   CallSnapshots<torch::jit::Module> snapshots_;
-  Dispatch<torch::jit::Module> dispatch_;
+  CallImpl<torch::jit::Module> sequence_;
   JitCall call_;
   bool open_ = false;  // entered, not left yet
 };

@@ -22,7 +22,7 @@ std::shared_ptr<Instrumentation> instrumentation_for(const torch::jit::Module& m
 /// Throws when the code cannot be rewritten.
 void prepare_inner_hooks(Instrumentation& instrumentation, const torch::jit::Module& module);
 
-/// The observer that the hook tables of `module` report to, so that the code is restored once
+/// The observer that the hook lists of `module` report to, so that the code is restored once
 /// the last hook on a module of the unit is gone.
 std::shared_ptr<HookObserver> inner_hook_observer(const std::shared_ptr<Instrumentation>& inst,
                                                   const torch::jit::Module& module);

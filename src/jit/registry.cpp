@@ -12,10 +12,8 @@
 #include "modhooks/dispatch/detail/global_tables.h"
 #include "modhooks/jit/instrument.h"
 
-// The global tables of this kind (global_tables.h).
-template struct modhooks::detail::GlobalHooksActive<torch::jit::Module>;
-template const std::shared_ptr<modhooks::detail::ModuleHooks<torch::jit::Module>>&
-modhooks::detail::global_hooks<torch::jit::Module>();
+// The global lists of this kind (global_tables.h).
+template struct modhooks::detail::GlobalHooks<torch::jit::Module>;
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {

@@ -3,22 +3,18 @@
 #include "modhooks/nn/detail/registry.h"
 
 #include <atomic>
-
-#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
-#include "modhooks/core/detail/dotted_path.h"
 #include "modhooks/core/error.h"
 #include "modhooks/dispatch/detail/global_tables.h"
 #include "modhooks/nn/detail/clone.h"
-#include "modhooks/nn/submodule.h"
 
-// The global tables of this kind (global_tables.h).
-template struct modhooks::detail::GlobalHooksActive<torch::nn::Module>;
-template const std::shared_ptr<modhooks::detail::ModuleHooks<torch::nn::Module>>&
-modhooks::detail::global_hooks<torch::nn::Module>();
+// The global lists of this kind (global_tables.h).
+template struct modhooks::detail::GlobalHooks<torch::nn::Module>;
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
@@ -30,7 +26,7 @@ constinit ModuleTable<NnHooks, NnOwner> nn_hooks_table;
 ModuleTable<NnHooks, NnOwner> nn_hooks_table;
 #endif
 
-MODHOOKS_THREAD_LOCAL DispatchCache* nn_dispatch_cache = nullptr;
+MODHOOKS_THREAD_LOCAL CallCache* nn_dispatch_cache = nullptr;
 
 std::atomic<std::shared_ptr<torch::nn::Module> (*)(const torch::nn::Module&, const CloneCopy&)>
     clone_around_utilities{nullptr};
@@ -39,12 +35,12 @@ namespace {
 
 MODHOOKS_THREAD_LOCAL bool dispatch_cache_gone = false;  // the thread is ending
 
-/// Deletes the thread's dispatch cache when the thread ends.
-struct DispatchCacheOwner {
-  DispatchCacheOwner() = default;
-  DispatchCacheOwner(const DispatchCacheOwner&) = delete;
-  DispatchCacheOwner& operator=(const DispatchCacheOwner&) = delete;
-  ~DispatchCacheOwner() {
+/// Deletes the thread's call cache when the thread ends.
+struct CallCacheOwner {
+  CallCacheOwner() = default;
+  CallCacheOwner(const CallCacheOwner&) = delete;
+  CallCacheOwner& operator=(const CallCacheOwner&) = delete;
+  ~CallCacheOwner() {
     dispatch_cache_gone = true;  // calls from the hooks' destructors take snapshots of their own
     delete std::exchange(nn_dispatch_cache, nullptr);
   }
@@ -52,7 +48,7 @@ struct DispatchCacheOwner {
 
 /// Empties `slot`; returns what it held, to die after the slot is consistent again (a hook's
 /// destructor may call modules).
-CallSnapshots<torch::nn::Module> drop_slot(CachedDispatch& slot) noexcept {
+CallSnapshots<torch::nn::Module> drop_slot(CachedCall& slot) noexcept {
   slot.key = nullptr;
   slot.owner = NnOwner();
   return {std::move(slot.global), std::move(slot.local)};
@@ -60,40 +56,40 @@ CallSnapshots<torch::nn::Module> drop_slot(CachedDispatch& slot) noexcept {
 
 /// Drops the slots taken before the lists last changed, but those in use; `generation` is the
 /// current one.
-void drop_stale_slots(DispatchCache& cache, std::uint64_t generation) noexcept {
+void drop_stale_slots(CallCache& cache, std::uint64_t generation) noexcept {
   if (cache.generation == generation) return;
   cache.generation = generation;
-  for (CachedDispatch& slot : cache.slots) {
+  for (CachedCall& slot : cache.slots) {
     if (slot.key != nullptr && !slot.busy && slot.generation != generation) drop_slot(slot);
   }
 }
 
 /// `hook_lists_changed_here`: a hook removed on this thread dies now, not at its next call.
 void release_thread_snapshots() {
-  if (DispatchCache* cache = nn_dispatch_cache) {
+  if (CallCache* cache = nn_dispatch_cache) {
     drop_stale_slots(*cache, hook_lists_generation.load(std::memory_order_acquire));
   }
 }
 
 }  // namespace
 
-CachedDispatch* fill_cached_dispatch(const torch::nn::Module& module) {
-  DispatchCache* cache = nn_dispatch_cache;
+CachedCall* fill_cached_call(const torch::nn::Module& module) {
+  CallCache* cache = nn_dispatch_cache;
   if (cache == nullptr) {
     if (dispatch_cache_gone) return nullptr;
-    static thread_local DispatchCacheOwner owner;  // constructed once per thread, here
-    cache = nn_dispatch_cache = new DispatchCache();
+    static thread_local CallCacheOwner owner;  // constructed once per thread, here
+    cache = nn_dispatch_cache = new CallCache();
     hook_lists_changed_here.store(&release_thread_snapshots, std::memory_order_release);
   }
   // Read before the snapshots are taken: a list changed meanwhile leaves the slot stale, never
   // a stale slot looking current.
   const std::uint64_t generation = hook_lists_generation.load(std::memory_order_acquire);
   drop_stale_slots(*cache, generation);
-  CachedDispatch& slot = cache->slots[DispatchCache::index(&module)];
+  CachedCall& slot = cache->slots[CallCache::index(&module)];
   if (slot.busy) return nullptr;
   const CallSnapshots<torch::nn::Module> dropped = drop_slot(slot);
   slot.owner = NnOwner::of(module);
-  slot.global.take(active_global_hooks(), /*guarded=*/false);
+  slot.global.take(global_hooks_if_any<torch::nn::Module>(), /*guarded=*/false);
   take_module_hooks(module, slot.local);
   slot.generation = generation;
   slot.key = &module;
@@ -101,7 +97,7 @@ CachedDispatch* fill_cached_dispatch(const torch::nn::Module& module) {
   return &slot;
 }
 
-void release_stale_dispatch(CachedDispatch& slot) noexcept {
+void release_stale_dispatch(CachedCall& slot) noexcept {
   drop_slot(slot);  // what it held dies here, the slot already empty
   release_thread_snapshots();
 }
@@ -127,39 +123,6 @@ void fail_unowned(const torch::nn::Module& module) {
           "on the stack or by value, or its constructor is still running), so a module built later "
           "at its address would inherit the hook. Hold it in its holder (torch::nn::Linear) or a "
           "std::shared_ptr, and register hooks after construction.");
-}
-
-std::string python_class_name(const torch::nn::Module& module) {
-  std::string name = module.name();
-  name.resize(std::min(name.size(), name.find('<')));  // a template's arguments are not its name
-  const auto colon = name.rfind("::");
-  if (colon != std::string::npos) name = name.substr(colon + 2);
-  const std::string impl = "Impl";
-  if (name.size() > impl.size() &&
-      name.compare(name.size() - impl.size(), impl.size(), impl) == 0) {
-    name.resize(name.size() - impl.size());
-  }
-  return name;
-}
-
-std::shared_ptr<torch::nn::Module> submodule(torch::nn::Module& root, const std::string& name) {
-  std::shared_ptr<torch::nn::Module> module = root.weak_from_this().lock();
-  if (!module)
-    fail<RuntimeError>("nn.submodule.unowned_root",
-                       "modhooks::submodule needs a root owned by a shared_ptr (as holders are)");
-  for_each_path_item(name, [&](const std::string& item, bool /*first*/) {
-    const auto children = module->named_children();
-    if (const auto* child = children.find(item)) {
-      module = *child;
-    } else if (module->named_parameters(/*recurse=*/false).contains(item) ||
-               module->named_buffers(/*recurse=*/false).contains(item)) {
-      fail<AttributeError>("nn.submodule.not_a_module", "`" + item + "` is not an nn.Module");
-    } else {
-      fail<AttributeError>("nn.submodule.no_attribute",
-                           python_class_name(*module) + " has no attribute `" + item + "`");
-    }
-  });
-  return module;
 }
 
 }  // namespace detail

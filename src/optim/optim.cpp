@@ -33,17 +33,17 @@ using torch::optim::Optimizer;
 using torch::optim::OptimizerOptions;
 using torch::optim::OptimizerParamState;
 
-enum class Kind { kSGD, kAdam, kAdamW, kRMSprop, kAdagrad };
+enum class Algorithm { kSGD, kAdam, kAdamW, kRMSprop, kAdagrad };
 
-Kind kind_of(const Optimizer& optimizer) {
-  if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return Kind::kSGD;
-  if (dynamic_cast<const torch::optim::Adam*>(&optimizer)) return Kind::kAdam;
-  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) return Kind::kAdamW;
-  if (dynamic_cast<const torch::optim::RMSprop*>(&optimizer)) return Kind::kRMSprop;
-  if (dynamic_cast<const torch::optim::Adagrad*>(&optimizer)) return Kind::kAdagrad;
+Algorithm algorithm_of(const Optimizer& optimizer) {
+  if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) return Algorithm::kSGD;
+  if (dynamic_cast<const torch::optim::Adam*>(&optimizer)) return Algorithm::kAdam;
+  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer)) return Algorithm::kAdamW;
+  if (dynamic_cast<const torch::optim::RMSprop*>(&optimizer)) return Algorithm::kRMSprop;
+  if (dynamic_cast<const torch::optim::Adagrad*>(&optimizer)) return Algorithm::kAdagrad;
   detail::fail<TypeError>(
       "optim.optimizer.unsupported",
-      "modhooks::optim: only libtorch's SGD, Adam, AdamW, RMSprop and Adagrad are supported");
+      "modhooks: only libtorch's SGD, Adam, AdamW, RMSprop and Adagrad are supported");
 }
 
 using detail::state_key;
@@ -52,7 +52,7 @@ using detail::state_key;
 
 template <class E>
 [[noreturn]] void fail(const char* id, const std::string& message) {
-  detail::fail<E>(id, "modhooks::optim::load_state_dict: " + message);
+  detail::fail<E>(id, "modhooks: optim::load_state_dict: " + message);
 }
 
 /// A hyper-parameter Python keeps as a float, an int or a one-element tensor (a tensor lr).
@@ -102,12 +102,12 @@ class GroupReader {
   std::string where_;
 };
 
-std::unique_ptr<OptimizerOptions> read_options(Kind kind, const OptimizerOptions& current,
+std::unique_ptr<OptimizerOptions> read_options(Algorithm algorithm, const OptimizerOptions& current,
                                                const GroupReader& g) {
   std::unique_ptr<OptimizerOptions> options = current.clone();
   g.refuse("maximize", "libtorch's optimizers have no maximize");
-  switch (kind) {
-    case Kind::kSGD: {
+  switch (algorithm) {
+    case Algorithm::kSGD: {
       auto& o = static_cast<torch::optim::SGDOptions&>(*options);
       g.read_number("lr", [&](double v) { o.lr(v); });
       g.read_number("momentum", [&](double v) { o.momentum(v); });
@@ -116,8 +116,8 @@ std::unique_ptr<OptimizerOptions> read_options(Kind kind, const OptimizerOptions
       g.read_flag("nesterov", [&](bool v) { o.nesterov(v); });
       break;
     }
-    case Kind::kAdam:
-    case Kind::kAdamW: {
+    case Algorithm::kAdam:
+    case Algorithm::kAdamW: {
       auto read = [&](auto& o) {
         g.read_number("lr", [&](double v) { o.lr(v); });
         if (auto betas = g.find("betas")) {
@@ -134,21 +134,21 @@ std::unique_ptr<OptimizerOptions> read_options(Kind kind, const OptimizerOptions
       // Python's AdamW is Adam with decoupled_weight_decay=True; libtorch has two classes.
       if (auto decoupled = g.find("decoupled_weight_decay")) {
         const bool want = flag(*decoupled, g.where("decoupled_weight_decay"));
-        if (want != (kind == Kind::kAdamW)) {
+        if (want != (algorithm == Algorithm::kAdamW)) {
           fail<ValueError>("optim.load.adam_kind_mismatch",
                            g.where("decoupled_weight_decay") + " is " + (want ? "True" : "False") +
                                ", which is libtorch's " + (want ? "AdamW" : "Adam") + ", not " +
                                (want ? "Adam" : "AdamW"));
         }
       }
-      if (kind == Kind::kAdam) {
+      if (algorithm == Algorithm::kAdam) {
         read(static_cast<torch::optim::AdamOptions&>(*options));
       } else {
         read(static_cast<torch::optim::AdamWOptions&>(*options));
       }
       break;
     }
-    case Kind::kRMSprop: {
+    case Algorithm::kRMSprop: {
       auto& o = static_cast<torch::optim::RMSpropOptions&>(*options);
       g.read_number("lr", [&](double v) { o.lr(v); });
       g.read_number("alpha", [&](double v) { o.alpha(v); });
@@ -158,7 +158,7 @@ std::unique_ptr<OptimizerOptions> read_options(Kind kind, const OptimizerOptions
       g.read_flag("centered", [&](bool v) { o.centered(v); });
       break;
     }
-    case Kind::kAdagrad: {
+    case Algorithm::kAdagrad: {
       auto& o = static_cast<torch::optim::AdagradOptions&>(*options);
       g.read_number("lr", [&](double v) { o.lr(v); });
       g.read_number("lr_decay", [&](double v) { o.lr_decay(v); });
@@ -222,10 +222,11 @@ class ParamStateReader {
 };
 
 /// libtorch's state of one parameter from Python's, under the group's (new) options.
-std::unique_ptr<OptimizerParamState> read_param_state(Kind kind, const OptimizerOptions& options,
+std::unique_ptr<OptimizerParamState> read_param_state(Algorithm algorithm,
+                                                      const OptimizerOptions& options,
                                                       const ParamStateReader& s) {
-  switch (kind) {
-    case Kind::kSGD: {
+  switch (algorithm) {
+    case Algorithm::kSGD: {
       // Python keeps momentum_buffer None until the first step with momentum; libtorch has no
       // state then, and both start the buffer from the gradient.
       if (!s.has("momentum_buffer")) return nullptr;
@@ -233,8 +234,8 @@ std::unique_ptr<OptimizerParamState> read_param_state(Kind kind, const Optimizer
       state->momentum_buffer(s.tensor("momentum_buffer"));
       return state;
     }
-    case Kind::kAdam:
-    case Kind::kAdamW: {
+    case Algorithm::kAdam:
+    case Algorithm::kAdamW: {
       auto fill = [&](auto state, bool amsgrad) {
         state->step(s.step());
         state->exp_avg(s.tensor("exp_avg"));
@@ -242,14 +243,14 @@ std::unique_ptr<OptimizerParamState> read_param_state(Kind kind, const Optimizer
         if (amsgrad || s.has("max_exp_avg_sq")) state->max_exp_avg_sq(s.tensor("max_exp_avg_sq"));
         return std::unique_ptr<OptimizerParamState>(std::move(state));
       };
-      if (kind == Kind::kAdam) {
+      if (algorithm == Algorithm::kAdam) {
         return fill(std::make_unique<torch::optim::AdamParamState>(),
                     static_cast<const torch::optim::AdamOptions&>(options).amsgrad());
       }
       return fill(std::make_unique<torch::optim::AdamWParamState>(),
                   static_cast<const torch::optim::AdamWOptions&>(options).amsgrad());
     }
-    case Kind::kRMSprop: {
+    case Algorithm::kRMSprop: {
       const auto& o = static_cast<const torch::optim::RMSpropOptions&>(options);
       auto state = std::make_unique<torch::optim::RMSpropParamState>();
       state->step(s.step());
@@ -260,7 +261,7 @@ std::unique_ptr<OptimizerParamState> read_param_state(Kind kind, const Optimizer
       if (o.centered() || s.has("grad_avg")) state->grad_avg(s.tensor("grad_avg"));
       return state;
     }
-    case Kind::kAdagrad: {
+    case Algorithm::kAdagrad: {
       auto state = std::make_unique<torch::optim::AdagradParamState>();
       state->step(s.step());
       state->sum(s.tensor("sum"));
@@ -293,10 +294,10 @@ at::Tensor python_step(std::int64_t step) {
 using Entries = std::vector<std::pair<const char*, c10::IValue>>;
 
 /// Python's param_group keys in Python's order, without "params".
-Entries group_entries(Kind kind, const OptimizerOptions& options) {
+Entries group_entries(Algorithm algorithm, const OptimizerOptions& options) {
   const c10::IValue none;
-  switch (kind) {
-    case Kind::kSGD: {
+  switch (algorithm) {
+    case Algorithm::kSGD: {
       const auto& o = static_cast<const torch::optim::SGDOptions&>(options);
       return {{"lr", o.lr()},
               {"momentum", o.momentum()},
@@ -308,8 +309,8 @@ Entries group_entries(Kind kind, const OptimizerOptions& options) {
               {"differentiable", false},
               {"fused", none}};
     }
-    case Kind::kAdam:
-    case Kind::kAdamW: {
+    case Algorithm::kAdam:
+    case Algorithm::kAdamW: {
       auto entries = [&](const auto& o) -> Entries {
         return {
             {"lr", o.lr()},
@@ -322,14 +323,14 @@ Entries group_entries(Kind kind, const OptimizerOptions& options) {
             {"capturable", false},
             {"differentiable", false},
             {"fused", none},
-            {"decoupled_weight_decay", kind == Kind::kAdamW}};
+            {"decoupled_weight_decay", algorithm == Algorithm::kAdamW}};
       };
-      if (kind == Kind::kAdam) {
+      if (algorithm == Algorithm::kAdam) {
         return entries(static_cast<const torch::optim::AdamOptions&>(options));
       }
       return entries(static_cast<const torch::optim::AdamWOptions&>(options));
     }
-    case Kind::kRMSprop: {
+    case Algorithm::kRMSprop: {
       const auto& o = static_cast<const torch::optim::RMSpropOptions&>(options);
       return {
           {"lr", o.lr()},           {"momentum", o.momentum()}, {"alpha", o.alpha()},
@@ -337,7 +338,7 @@ Entries group_entries(Kind kind, const OptimizerOptions& options) {
           {"capturable", false},    {"foreach", none},          {"maximize", false},
           {"differentiable", false}};
     }
-    case Kind::kAdagrad: {
+    case Algorithm::kAdagrad: {
       const auto& o = static_cast<const torch::optim::AdagradOptions&>(options);
       return {{"lr", o.lr()},
               {"lr_decay", o.lr_decay()},
@@ -354,32 +355,32 @@ Entries group_entries(Kind kind, const OptimizerOptions& options) {
 }
 
 /// Python's per-parameter state of libtorch's, in Python's key order.
-Entries state_entries(Kind kind, const OptimizerParamState& state) {
+Entries state_entries(Algorithm algorithm, const OptimizerParamState& state) {
   Entries out;
   auto add = [&](const char* key, const at::Tensor& t) {
     if (t.defined()) out.emplace_back(key, t);
   };
-  switch (kind) {
-    case Kind::kSGD:
+  switch (algorithm) {
+    case Algorithm::kSGD:
       add("momentum_buffer",
           static_cast<const torch::optim::SGDParamState&>(state).momentum_buffer());
       break;
-    case Kind::kAdam:
-    case Kind::kAdamW: {
+    case Algorithm::kAdam:
+    case Algorithm::kAdamW: {
       auto entries = [&](const auto& s) {
         out.emplace_back("step", python_step(s.step()));
         add("exp_avg", s.exp_avg());
         add("exp_avg_sq", s.exp_avg_sq());
         add("max_exp_avg_sq", s.max_exp_avg_sq());
       };
-      if (kind == Kind::kAdam) {
+      if (algorithm == Algorithm::kAdam) {
         entries(static_cast<const torch::optim::AdamParamState&>(state));
       } else {
         entries(static_cast<const torch::optim::AdamWParamState&>(state));
       }
       break;
     }
-    case Kind::kRMSprop: {
+    case Algorithm::kRMSprop: {
       const auto& s = static_cast<const torch::optim::RMSpropParamState&>(state);
       out.emplace_back("step", python_step(s.step()));
       add("square_avg", s.square_avg());
@@ -387,7 +388,7 @@ Entries state_entries(Kind kind, const OptimizerParamState& state) {
       add("grad_avg", s.grad_avg());
       break;
     }
-    case Kind::kAdagrad: {
+    case Algorithm::kAdagrad: {
       const auto& s = static_cast<const torch::optim::AdagradParamState&>(state);
       out.emplace_back("step", python_step(s.step()));
       add("sum", s.sum());
@@ -400,7 +401,7 @@ Entries state_entries(Kind kind, const OptimizerParamState& state) {
 }  // namespace
 
 void load_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& python_state) {
-  const Kind kind = kind_of(optimizer);
+  const Algorithm algorithm = algorithm_of(optimizer);
   const c10::impl::GenericDict root = expect_dict(python_state, "the state");
   const c10::impl::GenericDict saved_state =
       expect_dict(expect_key(root, "state", "the state"), "state");
@@ -413,8 +414,8 @@ void load_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& pyth
   auto& groups = optimizer.param_groups();
   // Python's checks and messages.
   if (saved_groups.size() != groups.size()) {
-    fail<ValueError>("optim.load.group_count_mismatch",
-                     "loaded state dict has a different number of parameter groups");
+    detail::fail<ValueError>("optim.load.group_count_mismatch",
+                             "loaded state dict has a different number of parameter groups");
   }
   std::vector<c10::impl::GenericDict> saved;
   std::vector<std::vector<std::int64_t>> saved_ids;
@@ -432,7 +433,7 @@ void load_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& pyth
       ids.push_back(id.toInt());
     }
     if (ids.size() != groups[i].params().size()) {
-      fail<ValueError>(
+      detail::fail<ValueError>(
           "optim.load.group_size_mismatch",
           "loaded state dict contains a parameter group that doesn't match the size of "
           "optimizer's group");
@@ -445,7 +446,7 @@ void load_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& pyth
   std::vector<std::unique_ptr<OptimizerOptions>> new_options;
   auto new_state = std::remove_reference_t<decltype(optimizer.state())>();
   for (std::size_t i = 0; i < groups.size(); ++i) {
-    new_options.push_back(read_options(kind, groups[i].options(), GroupReader(saved[i], i)));
+    new_options.push_back(read_options(algorithm, groups[i].options(), GroupReader(saved[i], i)));
     const auto& params = groups[i].params();
     for (std::size_t j = 0; j < params.size(); ++j) {
       const at::Tensor& param = params[j];
@@ -453,10 +454,10 @@ void load_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& pyth
       auto found = saved_state.find(c10::IValue(saved_ids[i][j]));
       std::unique_ptr<OptimizerParamState> state;
       if (found != saved_state.end()) {
-        state = read_param_state(kind, *new_options.back(),
+        state = read_param_state(algorithm, *new_options.back(),
                                  ParamStateReader(found->value(), param, saved_ids[i][j]));
       }
-      if (!state && kind == Kind::kAdagrad) {
+      if (!state && algorithm == Algorithm::kAdagrad) {
         // libtorch's Adagrad steps only parameters with state, which its constructor gives
         // every parameter; Python's gives every parameter state too.
         const auto& o = static_cast<const torch::optim::AdagradOptions&>(*new_options.back());
@@ -473,21 +474,21 @@ void load_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& pyth
 }
 
 c10::IValue state_dict(const torch::optim::Optimizer& optimizer) {
-  const Kind kind = kind_of(optimizer);
+  const Algorithm algorithm = algorithm_of(optimizer);
   const auto& live = optimizer.state();
   c10::impl::GenericDict state(c10::IntType::get(), c10::AnyType::get());
   c10::impl::GenericList groups(c10::AnyType::get());
   std::int64_t index = 0;
   for (const auto& group : optimizer.param_groups()) {
     c10::impl::GenericDict out(c10::StringType::get(), c10::AnyType::get());
-    for (auto& [key, value] : group_entries(kind, group.options())) out.insert(key, value);
+    for (auto& [key, value] : group_entries(algorithm, group.options())) out.insert(key, value);
     c10::List<std::int64_t> ids;
     for (const at::Tensor& param : group.params()) {
       ids.push_back(index);
       auto found = live.find(state_key(live, param));
       if (found != live.end() && found->second) {
         c10::impl::GenericDict param_state(c10::StringType::get(), c10::AnyType::get());
-        for (auto& [key, value] : state_entries(kind, *found->second)) {
+        for (auto& [key, value] : state_entries(algorithm, *found->second)) {
           param_state.insert(key, value);
         }
         state.insert(index, std::move(param_state));

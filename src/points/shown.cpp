@@ -3,7 +3,9 @@
 #include "modhooks/points/detail/shown.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/TensorImpl.h>
+#include <c10/util/accumulate.h>
 #include <c10/util/intrusive_ptr.h>
 
 #include <cstddef>
@@ -42,6 +44,31 @@ bool unshared(const at::Tensor& alias) {
   return weakly_unshared;
 }
 
+/// A tensor with the keys, dtype and device given, over `nbytes` of memory at `data` that it
+/// does not own, with a storage object of its own and no geometry yet: a spare alias where one
+/// fits, else a new one (making a storage and a tensor object is a large part of what a firing
+/// costs).
+at::Tensor alias_over(void* data, std::size_t nbytes, c10::DispatchKeySet keys,
+                      caffe2::TypeMeta dtype, c10::Device device) {
+  c10::DataPtr memory(data, device);
+  if (!spare_aliases.empty()) {
+    at::Tensor alias = std::move(spare_aliases.back());
+    spare_aliases.pop_back();
+    // The device too: two GPUs have the same dispatch keys, and a tensor's device is fixed
+    // when it is made.
+    if (alias.key_set() == keys && alias.dtype() == dtype && alias.device() == device) {
+      alias.unsafeGetTensorImpl()
+          ->storage()
+          .unsafeGetStorageImpl()
+          ->UniqueStorageShareExternalPointer(std::move(memory), nbytes);
+      return alias;
+    }
+  }
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(memory),
+                       /*allocator=*/nullptr, /*resizable=*/false);
+  return at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, dtype);
+}
+
 /// A tensor over `x`'s memory with a storage object of its own, which is what hooks see: the
 /// compiled program reuses its buffers once a value is dead, so a hook that keeps what it got
 /// (Python users do: `acts[name] = output`) would find other values there later. `keep_valid`
@@ -49,42 +76,65 @@ bool unshared(const at::Tensor& alias) {
 /// where none did, nothing is copied and the alias goes back to `spare_aliases`.
 at::Tensor shown_alias(const at::Tensor& x) {
   const c10::Storage& memory = x.storage();
-  c10::DataPtr data(memory.mutable_data(), x.device());
-  if (!spare_aliases.empty()) {
-    at::Tensor alias = std::move(spare_aliases.back());
-    spare_aliases.pop_back();
-    // The device too: two GPUs have the same dispatch keys, and a tensor's device is fixed
-    // when it is made.
-    if (alias.key_set() == x.key_set() && alias.dtype() == x.dtype() &&
-        alias.device() == x.device()) {
-      c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
-      impl->storage().unsafeGetStorageImpl()->UniqueStorageShareExternalPointer(std::move(data),
-                                                                                memory.nbytes());
-      // Consecutive points often show tensors of one geometry, and setting it anew recomputes
-      // the contiguity flags: it is set only where it differs.
-      if (impl->storage_offset() != x.storage_offset() || impl->sizes() != x.sizes() ||
-          impl->strides() != x.strides()) {
-        impl->set_sizes_and_strides(x.sizes(), x.strides(), x.storage_offset());
-      }
-      return alias;
-    }
+  at::Tensor alias =
+      alias_over(memory.mutable_data(), memory.nbytes(), x.key_set(), x.dtype(), x.device());
+  c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
+  // Consecutive points often show tensors of one geometry, and setting it anew recomputes the
+  // contiguity flags: it is set only where it differs.
+  if (impl->storage_offset() != x.storage_offset() || impl->sizes() != x.sizes() ||
+      impl->strides() != x.strides()) {
+    impl->set_sizes_and_strides(x.sizes(), x.strides(), x.storage_offset());
   }
-  c10::Storage storage(c10::Storage::use_byte_size_t(), memory.nbytes(), std::move(data),
-                       /*allocator=*/nullptr, /*resizable=*/false);
-  auto alias = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), x.key_set(), x.dtype());
-  alias.unsafeGetTensorImpl()->set_sizes_and_strides(x.sizes(), x.strides(), x.storage_offset());
   return alias;
+}
+
+/// The keys libtorch gives a dense CPU tensor it makes now (an inference tensor has no autograd
+/// keys), so that a spare alias made in the other mode is not reused.
+c10::DispatchKeySet cpu_keys() {
+  static const c10::DispatchKeySet normal = [] {
+    const c10::InferenceMode off(/*enabled=*/false);
+    return at::empty({0}).key_set();
+  }();
+  static const c10::DispatchKeySet inference = [] {
+    const c10::InferenceMode on;
+    return at::empty({0}).key_set();
+  }();
+  return c10::InferenceMode::is_enabled() ? inference : normal;
 }
 
 }  // namespace
 
-Shown shown_aliases(at::TensorList xs) {
-  Shown shown;
+Aliases shown_aliases(at::TensorList xs) {
+  Aliases shown;
   for (const auto& x : xs) shown.push_back(shown_alias(x));
   return shown;
 }
 
-void keep_valid(Shown& shown, at::TensorList xs, c10::string_view point, const char* failed_id) {
+Aliases tensors_over(const TensorView* views, std::size_t n) {
+  Aliases tensors;
+  for (std::size_t i = 0; i < n; ++i) {
+    const TensorView& v = views[i];
+    const at::IntArrayRef sizes(v.sizes.data(), v.dim);
+    const caffe2::TypeMeta dtype = c10::scalarTypeToTypeMeta(static_cast<at::ScalarType>(v.dtype));
+    const auto nbytes = static_cast<std::size_t>(c10::multiply_integers(sizes)) * dtype.itemsize();
+    at::Tensor t = alias_over(v.data, nbytes, cpu_keys(), dtype, c10::Device(c10::kCPU));
+    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    if (impl->storage_offset() != 0) impl->set_storage_offset(0);
+    if (impl->sizes() != sizes || !impl->is_contiguous()) impl->set_sizes_contiguous(sizes);
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
+void give_back(Aliases& tensors) noexcept {
+  for (at::Tensor& t : tensors) {
+    if (spare_aliases.size() < kMaxSpareAliases && unshared(t)) {
+      spare_aliases.push_back(std::move(t));
+    }
+  }
+}
+
+void keep_valid(Aliases& shown, at::TensorList xs, c10::string_view point, const char* failed_id) {
   std::size_t i = 0;
   try {
     for (; i < shown.size(); ++i) {

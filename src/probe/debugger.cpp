@@ -224,7 +224,7 @@ struct DebuggerState : std::enable_shared_from_this<DebuggerState> {
     fs::create_directories(maker.files ? tensors : folder, error);
     if (error || ::access(folder.c_str(), W_OK) != 0) {
       fail<RuntimeError>("probe.dump.unwritable",
-                         "modhooks::probe cannot write the dump folder '" + folder + "'" +
+                         "modhooks: cannot write the dump folder '" + folder + "'" +
                              (error ? ": " + error.message() : std::string()));
     }
     maker.folder = tensors;
@@ -239,14 +239,12 @@ struct DebuggerState : std::enable_shared_from_this<DebuggerState> {
       out.flush();
       if (!out) {
         std::remove(temp.c_str());
-        fail<RuntimeError>("probe.dump.write_failed",
-                           "modhooks::probe could not write '" + path + "'");
+        fail<RuntimeError>("probe.dump.write_failed", "modhooks: could not write '" + path + "'");
       }
     }
     if (std::rename(temp.c_str(), path.c_str()) != 0) {
       std::remove(temp.c_str());
-      fail<RuntimeError>("probe.dump.write_failed",
-                         "modhooks::probe could not write '" + path + "'");
+      fail<RuntimeError>("probe.dump.write_failed", "modhooks: could not write '" + path + "'");
     }
   }
 
@@ -508,7 +506,7 @@ PrecisionDebugger::PrecisionDebugger(const Config& config) {
   if (detail::debugger_alive.exchange(true)) {
     modhooks::detail::fail<RuntimeError>(
         "probe.debugger.second",
-        "modhooks::probe: a PrecisionDebugger already exists in this process (one at a time, as "
+        "modhooks: a PrecisionDebugger already exists in this process (one at a time, as "
         "msprobe's)");
   }
   state_ = std::make_shared<detail::DebuggerState>(config);
@@ -524,7 +522,7 @@ PrecisionDebugger::~PrecisionDebugger() {
   // debugger says so rather than lose it.
   if (state_->writer) {
     if (const std::optional<std::string> failed = state_->writer->drain()) {
-      TORCH_WARN("modhooks::probe could not write a tensor file: ", *failed,
+      TORCH_WARN("modhooks: could not write a tensor file: ", *failed,
                  " (the debugger was destroyed before a step() that would have raised it)");
     }
   }

@@ -62,8 +62,8 @@ void TensorWriter::write(at::Tensor tensor, std::string path) {
 
 void TensorWriter::wait() {
   if (std::optional<std::string> failed = drain()) {
-    modhooks::detail::fail<RuntimeError>(
-        "probe.dump.write_failed", "modhooks::probe could not write a tensor file: " + *failed);
+    modhooks::detail::fail<RuntimeError>("probe.dump.write_failed",
+                                         "modhooks: could not write a tensor file: " + *failed);
   }
 }
 

@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "copy_checks.h"
+#include "copy_fault.h"
 #include "modhooks/core/error.h"
-#include "modhooks/state/detail/copy_fault.h"
 #include "modhooks/state/detail/load.h"
 #include "modhooks/state/state_dict.h"
 #include "modhooks/state/state_hooks.h"

@@ -72,14 +72,18 @@ struct List {
   static Out make(const at::Tensor& a, const at::Tensor& b) { return {a, b}; }
   static at::Tensor loss(const Out& out) { return loss_of(out.front(), out.back()); }
 };
-struct C10Dict {
-  using Out = c10::Dict<std::string, at::Tensor>;
+/// The dict forms: `a` and `b` under "a" and "b".
+template <class Dict>
+struct DictForm {
+  using Out = Dict;
   static Out make(const at::Tensor& a, const at::Tensor& b) {
     Out out;
     out.insert("a", a);
     out.insert("b", b);
     return out;
   }
+};
+struct C10Dict : DictForm<c10::Dict<std::string, at::Tensor>> {
   static at::Tensor loss(const Out& out) { return loss_of(out.at("a"), out.at("b")); }
 };
 struct C10List {
@@ -87,14 +91,7 @@ struct C10List {
   static Out make(const at::Tensor& a, const at::Tensor& b) { return Out({a, b}); }
   static at::Tensor loss(const Out& out) { return loss_of(out.get(0), out.get(1)); }
 };
-struct OrderedDict {
-  using Out = torch::OrderedDict<std::string, at::Tensor>;
-  static Out make(const at::Tensor& a, const at::Tensor& b) {
-    Out out;
-    out.insert("a", a);
-    out.insert("b", b);
-    return out;
-  }
+struct OrderedDict : DictForm<torch::OrderedDict<std::string, at::Tensor>> {
   static at::Tensor loss(const Out& out) { return loss_of(out["a"], out["b"]); }
 };
 struct Nested {
@@ -179,15 +176,8 @@ std::vector<at::Tensor> reference(int world) {
 
 enum class Mode { kDefault, kStaticGraph, kFindUnused };
 const char* name(Mode mode) {
-  switch (mode) {
-    case Mode::kDefault:
-      return "default";
-    case Mode::kStaticGraph:
-      return "static_graph";
-    case Mode::kFindUnused:
-      return "find_unused_parameters";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"default", "static_graph", "find_unused_parameters"};
+  return kNames[static_cast<int>(mode)];
 }
 
 template <class Form>

@@ -118,7 +118,7 @@ void train(const std::string& mode, const std::string& dir) {
   }
   if (mode == "default") {
     // modhooks' default reduction took the Reducer's one hook at the first forward.
-    expect_error("[modhooks.dist.comm_hook]",
+    expect_error("dist.comm_hook.registered_too_late",
                  [&] { ddp.register_comm_hook(dist::comm_hooks::allreduce()); });
   }
   const int expected_calls = mode == "no_sync" ? 2 * steps : steps;
@@ -137,11 +137,11 @@ void train(const std::string& mode, const std::string& dir) {
 void run(const std::string& mode, const std::string& dir) {
   if (mode == "error_mismatch") {
     Net net(false, false, dist::get_rank() == 1 ? 24 : 32);
-    expect_error("[modhooks.dist.model_mismatch]", [&] { dist::DistributedDataParallel ddp(net); });
+    expect_error("dist.ddp.model_mismatch", [&] { dist::DistributedDataParallel ddp(net); });
   } else if (mode == "error_unused") {
     Net net(false, true);
     dist::DistributedDataParallel ddp(net);
-    expect_error("[modhooks.dist.unused_parameters]", [&] {
+    expect_error("dist.reducer.unused_parameters", [&] {
       for (int step = 0; step < 2; ++step) ddp(torch::ones({2, 16})).sum().backward();
     });
   } else if (mode == "error_peer_died") {
@@ -159,7 +159,7 @@ void run(const std::string& mode, const std::string& dir) {
           }
         });
     dist::DistributedDataParallel ddp(net);
-    expect_error("[modhooks.dist.backward]", [&] {
+    expect_error("dist.backward.reduction_failed", [&] {
       for (step = 0; step < 4; ++step) ddp(torch::ones({2, 16})).sum().backward();
     });
   } else {

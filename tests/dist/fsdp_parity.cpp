@@ -218,17 +218,20 @@ void train(const std::string& mode, const std::string& dir) {
 void run(const std::string& mode, const std::string& dir) {
   if (mode == "error_mismatch") {
     Net net(5, dist::get_rank() == 1 ? 24 : 32);
-    expect_error("[modhooks.dist.model_mismatch]", [&] { dist::fully_shard(net->fc1); });
+    expect_error("dist.fsdp.model_mismatch", [&] { dist::fully_shard(net->fc1); });
   } else if (mode == "error_twice") {
     Net net;
     dist::fully_shard(net->fc1);
-    expect_error("fully_shard was already called", [&] { dist::fully_shard(net->fc1); });
+    expect_error("dist.fsdp.twice", "fully_shard was already called",
+                 [&] { dist::fully_shard(net->fc1); });
   } else if (mode == "error_changed") {
     Net net;
     dist::fully_shard(net->fc1);
     dist::fully_shard(net);
     net->fc1->register_parameter("extra", torch::ones({2}));
-    expect_error("changed after fully_shard", [&] { modhooks::call(net, torch::ones({2, 13})); });
+    expect_error("dist.fsdp.module_changed", "changed after fully_shard", [&] {
+      modhooks::call(net, torch::ones({2, 13}));
+    });
   } else if (mode == "error_peer_died") {
     // The last rank dies in the middle of a step's backward (fc3's full backward hook runs
     // before fc1's gradients are reduced); the others must raise modhooks::Error rather than
@@ -245,7 +248,7 @@ void run(const std::string& mode, const std::string& dir) {
         });
     for (auto* fc : {&net->fc1, &net->fc2, &net->fc3}) dist::fully_shard(*fc);
     dist::fully_shard(net);
-    expect_error("[modhooks.dist.", [&] {
+    expect_error("dist.", [&] {
       for (step = 0; step < 4; ++step) modhooks::call(net, torch::ones({2, 13})).sum().backward();
     });
   } else {

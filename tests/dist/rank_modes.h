@@ -12,6 +12,7 @@
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace rank_modes {
 
@@ -21,19 +22,30 @@ struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Runs `f`, which must raise modhooks::Error whose text holds `tag`.
+/// Runs `f`, which must raise modhooks::Error whose id starts with `id` (a whole id, or a prefix
+/// such as "dist." where which call fails first may vary), whose text has the library's
+/// "modhooks: " prefix, and which holds `text`.
 template <class F>
-void expect_error(const char* tag, F&& f) {
+void expect_error(const std::string& id, const std::string& text, F&& f) {
   try {
     f();
   } catch (const modhooks::Error& e) {
-    std::string what = e.what();
-    if (what.find(tag) == std::string::npos) throw Failure("wrong error: " + what);
-    std::cout << "rank " << modhooks::dist::get_rank()
-              << " raised as expected: " << what.substr(0, 200) << "\n";
+    const std::string what = e.what();
+    if (std::string(e.id()).rfind(id, 0) != 0 || what.rfind("modhooks: ", 0) != 0 ||
+        what.find(text) == std::string::npos) {
+      throw Failure("wrong error: " + std::string(e.id()) + ": " + what);
+    }
+    std::cout << "rank " << modhooks::dist::get_rank() << " raised as expected: " << e.id() << ": "
+              << what.substr(0, 200) << "\n";
     return;
   }
-  throw Failure(std::string("no error, expected ") + tag);
+  throw Failure("no error, expected " + id);
+}
+
+/// `expect_error(id, "", f)`: any text with the prefix.
+template <class F>
+void expect_error(const std::string& id, F&& f) {
+  expect_error(id, "", std::forward<F>(f));
 }
 
 /// `program <dir> <mode>...`: runs `run(mode, dir)` for each mode in one process group, printing

@@ -14,7 +14,6 @@ runs only the C++ ranks of an error mode (each rank checks its own error).
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 
 import torch
@@ -22,6 +21,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from dist_runs import torchrun, verdict
 
 STEPS = 24
 MODES = ["default", "find_unused", "static_graph", "bucket_view", "no_sync", "fp16", "bf16",
@@ -135,13 +136,6 @@ def worker(d, modes):
     os._exit(0)
 
 
-def torchrun(nproc, *cmd):
-    exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    args = [exe, "--standalone", "--nproc-per-node", str(nproc), *cmd]
-    print("+", " ".join(args), flush=True)
-    return subprocess.run(args, timeout=600).returncode
-
-
 def compare(d, mode):
     """Compares one mode's files; returns None when it passes, else why it failed."""
     cpp_path = os.path.join(d, mode, "cpp.pt")
@@ -177,20 +171,9 @@ def run(binary, nproc, d, modes):
             prepare(os.path.join(d, py_mode), py_mode, nproc)
     py_rc = torchrun(nproc, os.path.abspath(__file__), "worker", "--dir", d, "--modes", *py_modes)
     cpp_rc = torchrun(nproc, "--no-python", binary, d, *modes)
-    failed = []
     print(f"DDP parity, {nproc} ranks, {STEPS} steps, C++ ranks against Python DDP ranks:")
-    for mode in modes:
-        why = compare(d, mode)
-        expect = " (must differ)" if mode in EXPECT_DIFFER else ""
-        print(f"  {mode}{expect}: {'ok' if why is None else 'FAILED: ' + why}")
-        if why is not None:
-            failed.append(mode)
-    if py_rc or cpp_rc:
-        print(f"launch failed: Python ranks exit {py_rc}, C++ ranks exit {cpp_rc} (see 'FAILED' "
-              "above for the mode)")
-    if failed:
-        print(f"{len(failed)} of {len(modes)} modes failed: {', '.join(failed)}")
-    return 1 if failed or py_rc or cpp_rc else 0
+    return verdict(modes, lambda mode: compare(d, mode), py_rc, cpp_rc,
+                   lambda mode: mode + (" (must differ)" if mode in EXPECT_DIFFER else ""))
 
 
 def main():

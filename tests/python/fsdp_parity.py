@@ -25,8 +25,6 @@ the Python ranks (internal: `run` starts them under torchrun).
 import argparse
 import os
 import shutil
-import signal
-import subprocess
 import sys
 
 import torch
@@ -37,6 +35,8 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_model_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from dist_runs import torchrun, verdict
 
 STEPS = 10
 MODES = ["mlp", "uneven", "nested", "twice", "no_reshard", "reshard_root", "accum", "state_dict",
@@ -49,7 +49,6 @@ MP_POLICY = {"mp": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype
              "mp_accum": MixedPrecisionPolicy(param_dtype=torch.bfloat16)}
 ATOL = 1e-6  # py_full.pt against one unsharded process on all ranks' batches
 ATOL_MP = 5e-2  # the same for the bf16 modes, against the fp32 process
-TIMEOUT = 600  # seconds, per torchrun
 
 
 class Net(nn.Module):
@@ -266,23 +265,6 @@ def worker(d, modes, tag="py"):
     os._exit(0)
 
 
-def torchrun(nproc, *cmd):
-    """Runs `torchrun --standalone` in a session of its own, killed whole after TIMEOUT."""
-    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            str(nproc), *cmd]
-    print("+", " ".join(args), flush=True)
-    p = subprocess.Popen(args, start_new_session=True)
-    try:
-        return p.wait(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        print(f"timed out after {TIMEOUT} s: {' '.join(args)}", flush=True)
-        return 124
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-
-
 def reference(d, mode, nproc):
     """One unsharded process trained on the concatenation of every rank's batches."""
     model = make_model(mode)
@@ -332,20 +314,9 @@ def run(binary, nproc, d, modes, self_check=False):
     else:
         cpp_rc = torchrun(nproc, "--no-python", binary, d, *modes)
     py_rc = torchrun(nproc, me, "worker", d, *modes)
-    failed = []
     twin = "Python ranks (--self-check)" if self_check else "C++ ranks"
     print(f"FSDP parity, {nproc} ranks, {STEPS} steps, {twin} against Python fully_shard ranks:")
-    for mode in modes:
-        why = compare(d, mode, nproc)
-        print(f"mode {mode}: {'ok' if why is None else 'FAILED ' + why}", flush=True)
-        if why is not None:
-            failed.append(mode)
-    if py_rc or cpp_rc:
-        print(f"launch failed: C++ ranks exit {cpp_rc}, Python ranks exit {py_rc} (see 'FAILED' "
-              "above for the mode)")
-    if failed:
-        print(f"{len(failed)} of {len(modes)} modes failed: {', '.join(failed)}")
-    return 1 if failed or py_rc or cpp_rc else 0
+    return verdict(modes, lambda mode: compare(d, mode, nproc), py_rc, cpp_rc)
 
 
 def main():

@@ -5,12 +5,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
-#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "modhooks/aoti/point.h"
+#include "modhooks/points/detail/program_handle.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE
@@ -38,7 +38,7 @@ namespace aoti {
 ///           const c10::IValue& out) { acts[p.name()] = out.toTensor(); });  // kept: stays valid
 ///   std::vector<at::Tensor> y = net.run({x});
 /// \endcode
-class Model {
+class Model : public modhooks::detail::ProgramHandle<modhooks::detail::AotiModel, Point> {
  public:
   /// Loads the package's model `model_name`. `num_runners` compiled instances serve `run`
   /// calls from that many threads at once (more calls wait for one); `device_index` picks the
@@ -47,21 +47,6 @@ class Model {
   /// `ValueError` (`aoti.model.num_runners`) for `num_runners` 0.
   explicit Model(const std::string& package_path, std::size_t num_runners = 1,
                  const std::string& model_name = "model", int device_index = -1);
-  ~Model();
-  /// Takes `other`'s package, points and hooks; `other` is left without a package, and every
-  /// call on it but assignment and destruction throws `RuntimeError` (`aoti.model.moved_from`).
-  Model(Model&& other) noexcept;
-  /// Takes `other`'s package, points and hooks; this model's own go.
-  Model& operator=(Model&& other) noexcept;
-  Model(const Model&) = delete;
-  Model& operator=(const Model&) = delete;
-
-  /// The exported module paths, in the order the compiled graph first reaches them; empty for
-  /// a package exported without points.
-  const std::vector<std::string>& points() const;
-  /// The point of module `name`; `KeyError` naming the package and the exported names when it
-  /// has none.
-  const Point& point(const std::string& name) const;
 
   /// Runs the compiled model on `inputs` (its flattened tensor inputs, as Python's
   /// `aoti_load_package(...)` passes them) and returns its flattened outputs. Hooks fire on the
@@ -73,15 +58,6 @@ class Model {
 
   /// The package's metadata (`aot_inductor.metadata` at compile time).
   std::unordered_map<std::string, std::string> metadata() const;
-
-  /// The package's path, as given.
-  const std::string& path() const;
-
- private:
-  /// The package, or `aoti.model.moved_from` where it was moved away.
-  modhooks::detail::AotiModel& live() const;
-
-  std::unique_ptr<modhooks::detail::AotiModel> impl_;
 };
 
 /// @}

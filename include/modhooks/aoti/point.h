@@ -2,12 +2,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-#include <cstddef>
-#include <memory>
-#include <string>
-
 #include "modhooks/aoti/detail/identity.h"
-#include "modhooks/points/detail/point_info.h"
+#include "modhooks/points/detail/point.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE
@@ -27,17 +23,9 @@ namespace aoti {
 ///   const modhooks::aoti::Point& p = net.point("layer2");
 ///   std::cout << p.name() << " is a " << p.type_name() << "\n";  // "layer2 is a Sequential"
 /// \endcode
-class Point : public modhooks::detail::PointInfo {
+class Point : public modhooks::detail::PointBase<Point> {
  public:
-  /// \cond INTERNAL
-  Point(std::string name, std::string type_name, bool inputs, bool single, std::size_t index);
-  /// \endcond
-
- private:
-  friend const std::shared_ptr<modhooks::detail::PointHooks>& modhooks::detail::hooks_for(
-      const Point&) noexcept;
-
-  std::shared_ptr<modhooks::detail::PointHooks> hooks_;
+  using PointBase::PointBase;
 };
 
 /// @}

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "modhooks/checkpoint/checkpoint.h"
-#include "modhooks/detail/module_ref.h"
+#include "modhooks/registration/detail/module_ref.h"
 #include "modhooks/state/detail/load.h"
 #include "modhooks/state/module_state.h"
 #include "modhooks/version.h"

@@ -14,9 +14,9 @@ namespace detail {
 
 /// What a handle points at: a table that can drop one of its hooks by id. Handles keep only a
 /// weak reference to it, as Python's `RemovableHandle` keeps a weakref to the hook dict.
-class HookTableBase {
+class HookRemover {
  public:
-  virtual ~HookTableBase() = default;
+  virtual ~HookRemover() = default;
   virtual void remove(std::uint64_t id) noexcept = 0;
 };
 
@@ -50,7 +50,7 @@ class RemovableHandle {
   RemovableHandle() noexcept = default;
   /// \cond INTERNAL
   /// The handle of hook `id` in `table`, as the registration functions make it.
-  RemovableHandle(std::weak_ptr<detail::HookTableBase> table, std::uint64_t id) noexcept
+  RemovableHandle(std::weak_ptr<detail::HookRemover> table, std::uint64_t id) noexcept
       : table_(std::move(table)), id_(id) {}
   /// \endcond
 
@@ -75,7 +75,7 @@ class RemovableHandle {
   }
 
  private:
-  std::weak_ptr<detail::HookTableBase> table_;
+  std::weak_ptr<detail::HookRemover> table_;
   std::uint64_t id_ = 0;
 };
 

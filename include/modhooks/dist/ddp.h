@@ -223,7 +223,7 @@ void visit_tensors(T& value, F& f) {
     adl::visit_user_type(value, f);
   } else {
     static_assert(DependentFalse<T>::value,
-                  "modhooks::dist: DistributedDataParallel cannot find the tensors of this output "
+                  "modhooks: DistributedDataParallel cannot find the tensors of this output "
                   "type; declare `template <class F> void visit_tensors(YourType&, F& f)` beside "
                   "it, found by argument-dependent lookup, that calls f(tensor) or "
                   "modhooks::dist::visit_tensors(member, f) for each member (the customisation "
@@ -356,8 +356,8 @@ class DistributedDataParallelBase : public torch::nn::Module {
   /// `gradient_as_bucket_view`, modhooks puts the Reducer's own reduction in place as a hook then
   /// when none was registered). The futures of every hook but c10d's built-ins
   /// (`CommHook::builtin`) are watched: when a bucket's reduction fails (a rank died),
-  /// `backward()` raises `modhooks::Error` "[modhooks.dist.backward] ...", not what the backend
-  /// raised.
+  /// `backward()` raises `modhooks::Error` `dist.backward.reduction_failed` ("modhooks: a gradient
+  /// bucket's reduction failed during backward: ..."), not what the backend raised.
   ///
   /// **Example**:
   /// \code

@@ -2,12 +2,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-#include <cstddef>
-#include <memory>
-#include <string>
-
 #include "modhooks/executorch/detail/identity.h"
-#include "modhooks/points/detail/point_info.h"
+#include "modhooks/points/detail/point.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE
@@ -21,17 +17,9 @@ namespace executorch {
 /// `modhooks.export.to_executorch`. Hooks registered on it with the usual
 /// `register_forward_pre_hook` / `register_forward_hook` receive it where hooks on a module
 /// receive the module. A `Program` owns its points; they live as long as it does.
-class Point : public modhooks::detail::PointInfo {
+class Point : public modhooks::detail::PointBase<Point> {
  public:
-  /// \cond INTERNAL
-  Point(std::string name, std::string type_name, bool inputs, bool single, std::size_t index);
-  /// \endcond
-
- private:
-  friend const std::shared_ptr<modhooks::detail::ExecutorchPointHooks>& modhooks::detail::hooks_for(
-      const Point&) noexcept;
-
-  std::shared_ptr<modhooks::detail::ExecutorchPointHooks> hooks_;
+  using PointBase::PointBase;
 };
 
 /// @}

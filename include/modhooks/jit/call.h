@@ -14,7 +14,7 @@
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
-c10::IValue call_with_hooks(torch::jit::Module& module, std::vector<c10::IValue> inputs);
+c10::IValue call_script_with_hooks(torch::jit::Module& module, std::vector<c10::IValue> inputs);
 }  // namespace detail
 
 /// \addtogroup api_jit
@@ -40,7 +40,7 @@ inline c10::IValue call(const torch::jit::Module& module, std::vector<c10::IValu
   if (C10_LIKELY(detail::call_hooks_active.load(std::memory_order_relaxed) == 0)) {
     return m.forward(std::move(inputs));
   }
-  return detail::call_with_hooks(m, std::move(inputs));
+  return detail::call_script_with_hooks(m, std::move(inputs));
 }
 
 /// @}

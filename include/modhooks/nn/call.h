@@ -44,7 +44,7 @@ void unbox_replacement(const char* hook, const torch::nn::Module& module, F&& un
   }
 }
 
-/// How a call of an nn module shows itself to the hook sequence (see `Dispatch`): forward's typed
+/// How a call of an nn module shows itself to the hook sequence (see `CallImpl`): forward's typed
 /// arguments and result, boxed for hooks without copies. Hooks see the caller's arguments
 /// themselves, borrowed (see `ShownArgs`) into a vector the caller lends, and no reference count
 /// moves for them; forward gets copies only where a pre-hook replaced them or the backward wiring
@@ -98,7 +98,7 @@ class NnCall {
   }
   /// The lists as a call starting now takes them: hooks changed them during this one.
   MODHOOKS_COLD void snapshot_lists(CallSnapshots<torch::nn::Module>& fresh) {
-    fresh.global.take(active_global_hooks(), /*guarded=*/false);
+    fresh.global.take(global_hooks_if_any<torch::nn::Module>(), /*guarded=*/false);
     take_module_hooks(module_, fresh.local);
   }
   std::shared_ptr<torch::nn::Module> keep_alive() {
@@ -147,62 +147,62 @@ class NnCall {
   std::optional<HookArgs> replaced_;  // a pre-hook's replacement, until accepted
 };
 
-/// The hooked call of `module` under `dispatch`'s snapshots, showing its arguments in `shown`
+/// The hooked call of `module` under `sequence`'s snapshots, showing its arguments in `shown`
 /// (Nones, see `ShownArgs`).
 template <class T, class... Args>
-MODHOOKS_ALWAYS_INLINE inline auto run_hooked(Dispatch<torch::nn::Module>& dispatch,
+MODHOOKS_ALWAYS_INLINE inline auto run_hooked(CallImpl<torch::nn::Module>& sequence,
                                               HookArgs& shown, T& module, Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
   using R = decltype(module.forward(std::forward<Args>(args)...));
   NnCall<T, R, Args...> call(module, shown, args...);
-  dispatch.run(module, call);
+  sequence.run(module, call);
   return call.result();
 }
 
-/// `call_with_hooks` where this thread's cache cannot lend the snapshots (see `cached_dispatch`):
+/// `call_with_hooks` where this thread's cache cannot lend the snapshots (see `cached_call`):
 /// the call takes its own, and a vector of its own to show its arguments in.
 template <class T, class... Args>
 C10_NOINLINE auto call_with_own_snapshots(T& module, Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
-  CallSnapshots<torch::nn::Module> snapshots(active_global_hooks());
+  CallSnapshots<torch::nn::Module> snapshots(global_hooks_if_any<torch::nn::Module>());
   take_module_hooks(module, snapshots.local);
-  Dispatch<torch::nn::Module> dispatch(snapshots);
-  if (C10_UNLIKELY(dispatch.empty())) return module.forward(std::forward<Args>(args)...);
+  CallImpl<torch::nn::Module> sequence(snapshots);
+  if (C10_UNLIKELY(sequence.empty())) return module.forward(std::forward<Args>(args)...);
   HookArgs shown;
-  return run_hooked(dispatch, shown, module, std::forward<Args>(args)...);
+  return run_hooked(sequence, shown, module, std::forward<Args>(args)...);
 }
 
-/// Clears the pin of a cached dispatch when the call ends, and drops the snapshots if hook
+/// Clears the pin of a cached call when the call ends, and drops the snapshots if hook
 /// lists changed meanwhile.
-class PinnedDispatch {
+class PinnedCall {
  public:
-  MODHOOKS_ALWAYS_INLINE explicit PinnedDispatch(CachedDispatch& slot) noexcept : slot_(slot) {}
-  MODHOOKS_ALWAYS_INLINE ~PinnedDispatch() {
+  MODHOOKS_ALWAYS_INLINE explicit PinnedCall(CachedCall& slot) noexcept : slot_(slot) {}
+  MODHOOKS_ALWAYS_INLINE ~PinnedCall() {
     slot_.busy = false;
     if (C10_UNLIKELY(slot_.generation != hook_lists_generation.load(std::memory_order_relaxed))) {
       release_stale_dispatch(slot_);
     }
   }
-  PinnedDispatch(const PinnedDispatch&) = delete;
-  PinnedDispatch& operator=(const PinnedDispatch&) = delete;
+  PinnedCall(const PinnedCall&) = delete;
+  PinnedCall& operator=(const PinnedCall&) = delete;
 
  private:
-  CachedDispatch& slot_;
+  CachedCall& slot_;
 };
 
 /// `call` when some hook exists somewhere: the module's and the global hook lists, borrowed from
-/// this thread's cache, around `forward` (`Dispatch::run`).
+/// this thread's cache, around `forward` (`CallImpl::run`).
 template <class T, class... Args>
 C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
-  CachedDispatch* cached = cached_dispatch(module);
+  CachedCall* cached = cached_call(module);
   if (C10_UNLIKELY(cached == nullptr)) {
     return call_with_own_snapshots(module, std::forward<Args>(args)...);
   }
-  const PinnedDispatch pinned(*cached);
-  Dispatch<torch::nn::Module> dispatch(cached->global, cached->local, cached->generation);
-  if (C10_UNLIKELY(dispatch.empty())) return module.forward(std::forward<Args>(args)...);
-  return run_hooked(dispatch, cached->shown_args, module, std::forward<Args>(args)...);
+  const PinnedCall pinned(*cached);
+  CallImpl<torch::nn::Module> sequence(cached->global, cached->local, cached->generation);
+  if (C10_UNLIKELY(sequence.empty())) return module.forward(std::forward<Args>(args)...);
+  return run_hooked(sequence, cached->shown_args, module, std::forward<Args>(args)...);
 }
 
 /// What keeps the module a caller named alive for its call, as Python's `_call_impl` holds
@@ -260,7 +260,7 @@ auto call(M&& module, Args&&... args)
   // inline and without a lock, that most modules without hooks have none.
   const torch::nn::Module* base = &impl;  // the key hooks are filed under (bases are virtual)
   if (!detail::hooked_modules.may_have_hooks(base) &&
-      detail::global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0) {
+      !detail::any_global_hooks<torch::nn::Module>()) {
     return impl.forward(std::forward<Args>(args)...);
   }
   const auto alive = detail::owner_of(module);  // a copy: the caller's owner may be dropped

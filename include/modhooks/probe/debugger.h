@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "modhooks/detail/module_ref.h"
 #include "modhooks/probe/config.h"
 #include "modhooks/register.h"
+#include "modhooks/registration/detail/module_ref.h"
 #include "modhooks/version.h"
 
 MODHOOKS_BEGIN_NAMESPACE

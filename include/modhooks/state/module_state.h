@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "modhooks/detail/module_ref.h"
+#include "modhooks/registration/detail/module_ref.h"
 #include "modhooks/state/state_dict.h"
 #include "modhooks/state/state_hooks.h"
 #include "modhooks/version.h"

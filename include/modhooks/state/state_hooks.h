@@ -16,7 +16,7 @@
 #include "modhooks/core/detail/adapt.h"
 #include "modhooks/core/detail/hook_list.h"
 #include "modhooks/core/detail/module_table.h"
-#include "modhooks/detail/module_ref.h"
+#include "modhooks/registration/detail/module_ref.h"
 #include "modhooks/state/state_dict.h"
 #include "modhooks/version.h"
 
@@ -55,7 +55,7 @@ using LoadStateDictPreHookFn = std::function<void(
 template <class M>
 using LoadStateDictPostHookFn = std::function<void(M&, IncompatibleKeys&)>;
 
-/// What the state layer keeps per module: its four hook tables, the names of its
+/// What the state layer keeps per module: its four hook lists, the names of its
 /// non-persistent buffers and the version its state dicts carry. Kept apart from the call-path
 /// tables, which never pay for it.
 template <class M>

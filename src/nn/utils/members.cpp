@@ -180,7 +180,7 @@ Member member_for(torch::nn::Module& module, const std::string& name, const at::
   if (!member) {
     modhooks::detail::fail<RuntimeError>(
         "nn.utils.member.unknown",
-        "modhooks cannot tell which member of " + class_name(module) + " its forward reads as '" +
+        "modhooks: cannot tell which member of " + class_name(module) + " its forward reads as '" +
             name + "'; declare it before applying the utility: " +
             "modhooks::nn::utils::declare_member(module, \"" + name + "\", module->" + name + ")");
   }

@@ -3,7 +3,7 @@
 #pragma once
 
 /// Inlines a function, or a lambda (placed after its parameters), into every caller: for the few
-/// helpers of a hooked call, whose code must stay in one piece (see `Dispatch::run`).
+/// helpers of a hooked call, whose code must stay in one piece (see `CallImpl::run`).
 /// `MODHOOKS_COLD` keeps a rarely taken part of such a helper out of it.
 #if defined(__GNUC__) || defined(__clang__)
 #define MODHOOKS_ALWAYS_INLINE __attribute__((always_inline))

@@ -6,8 +6,9 @@
 
 /// A kind of module is the type its hooks receive (`torch::nn::Module`, `torch::jit::Module`,
 /// `const aoti::Point`). Each adapter declares its own in its identity header (its `module_ref`,
-/// and where it differs from the defaults, its `KindTraits` and `BaseOfT`); `detail/module_ref.h`
-/// lists them for the registration functions. Nothing below the adapters names one.
+/// and where it differs from the defaults, its `KindTraits` and `BaseOfT`);
+/// `registration/detail/module_ref.h` lists them for the registration functions. Nothing below the
+/// adapters names one.
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {

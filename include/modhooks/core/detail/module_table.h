@@ -16,7 +16,7 @@
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
-/// Maps a module's identity (an address) to its hook tables.
+/// Maps a module's identity (an address) to its hook lists.
 ///
 /// libtorch modules have no slot for hooks, so they live beside the module. Each entry keeps the
 /// module's `Owner`, a weak reference that tells whether the module is still alive, so that an
@@ -42,7 +42,7 @@ class ModuleTable {
   }
 
   /// Returns `f(&tables)` for the live module's tables, `f(nullptr)` where it has none, under the
-  /// table's lock: a hooked call copies what it needs without taking a reference to the tables.
+  /// table's lock: a hooked call copies what it needs without taking a reference to the lists.
   /// `f` must be short and must not enter the table again.
   template <class F>
   MODHOOKS_ALWAYS_INLINE decltype(auto) visit(const void* key, F&& f) {
@@ -116,7 +116,7 @@ class ModuleTable {
     return f(at == kNone ? nullptr : &slots_[at].hooks);
   }
 
-  /// Where the live entry of `key` is, or kNone; a dead one is erased, its tables moved to
+  /// Where the live entry of `key` is, or kNone; a dead one is erased, its hook lists moved to
   /// `dead` (to die after the lock).
   MODHOOKS_ALWAYS_INLINE std::size_t live_position(const void* key, std::shared_ptr<Hooks>& dead) {
     const std::size_t at = position(key);

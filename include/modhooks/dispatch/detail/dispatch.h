@@ -14,6 +14,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -88,7 +89,7 @@ MODHOOKS_ALWAYS_INLINE inline std::uint64_t current_hook_lists_generation() noex
   return hook_lists_generation.load(std::memory_order_acquire);
 }
 
-/// The snapshots of the global lists and of one module's, taken for one call (see `Dispatch`)
+/// The snapshots of the global lists and of one module's, taken for one call (see `CallImpl`)
 /// where nothing lends them, and the `hook_lists_generation` they were taken at.
 template <class M>
 struct CallSnapshots {
@@ -113,6 +114,68 @@ struct CallSnapshots {
   HookSnapshots<M> global;
   HookSnapshots<M> local;
 };
+
+/// Whether `Op<T>` names something: what a contract check asks of each member.
+template <class T, template <class> class Op, class = void>
+struct Detected : std::false_type {};
+template <class T, template <class> class Op>
+struct Detected<T, Op, std::void_t<Op<T>>> : std::true_type {};
+
+/// The members of a `Call` that `CallImpl` uses (its comment lists them).
+namespace call_members {
+template <class C>
+using args = decltype(static_cast<const HookArgs&>(std::declval<C&>().args()));
+template <class C>
+using replace_args = decltype(std::declval<C&>().replace_args(std::declval<HookArgs&&>()));
+template <class C>
+using accept_args = decltype(std::declval<C&>().accept_args());
+template <class C>
+using forward = decltype(std::declval<C&>().forward());
+template <class C>
+using forward_args = decltype(static_cast<const HookArgs&>(std::declval<C&>().forward_args()));
+template <class C>
+using output = decltype(static_cast<ShownValue&>(std::declval<C&>().output()));
+template <class C>
+using accept_output = decltype(std::declval<C&>().accept_output());
+template <class C>
+using wire_inputs = decltype(std::declval<C&>().wire_inputs(std::declval<BackwardHookBase&>()));
+template <class C>
+using wire_output = decltype(std::declval<C&>().wire_output(std::declval<BackwardHookBase&>()));
+template <class C>
+using keep_alive = decltype(std::declval<C&>().keep_alive());
+template <class M>
+struct SnapshotListsOf {
+  template <class C>
+  using op = decltype(std::declval<C&>().snapshot_lists(std::declval<CallSnapshots<M>&>()));
+};
+}  // namespace call_members
+
+/// Checks that `Call` meets the contract of `CallImpl` for modules of kind `M`, where `CallImpl`
+/// takes it, so that an adapter that misses a member gets a message naming it rather than an
+/// error deep in the hook sequence. `kRunsForward`: `CallImpl::run` calls `forward()` too.
+template <class M, class Call, bool kRunsForward>
+constexpr bool meets_call_contract() {
+  using namespace call_members;  // NOLINT(google-build-using-namespace): the members' names
+  static_assert(Detected<Call, args>::value, "a Call has const HookArgs& args()");
+  static_assert(Detected<Call, replace_args>::value, "a Call has void replace_args(HookArgs&&)");
+  static_assert(Detected<Call, accept_args>::value, "a Call has void accept_args()");
+  static_assert(!kRunsForward || Detected<Call, forward>::value,
+                "a Call that CallImpl::run runs has void forward()");
+  static_assert(Detected<Call, forward_args>::value, "a Call has const HookArgs& forward_args()");
+  static_assert(Detected<Call, output>::value, "a Call has ShownValue& output()");
+  static_assert(Detected<Call, accept_output>::value, "a Call has void accept_output()");
+  static_assert(Detected<Call, SnapshotListsOf<M>::template op>::value,
+                "a Call has void snapshot_lists(CallSnapshots<M>&)");
+  if constexpr (KindTraits<M>::backward) {
+    static_assert(Detected<Call, keep_alive>::value,
+                  "a Call of a kind with backward hooks has keep_alive()");
+    static_assert(Detected<Call, wire_inputs>::value,
+                  "a Call of a kind with backward hooks has void wire_inputs(BackwardHookBase&)");
+    static_assert(Detected<Call, wire_output>::value,
+                  "a Call of a kind with backward hooks has void wire_output(BackwardHookBase&)");
+  }
+  return true;
+}
 
 /// Python's `Module._call_impl`, written once for every kind of module: global then the module's
 /// forward pre-hooks, the input side of the full-backward wiring, forward, global then the
@@ -151,29 +214,29 @@ struct CallSnapshots {
 /// TorchScript graph, the boundary of a submodule compiled into a package) call `enter` and `exit`
 /// around it, and `failed` where it threw.
 template <class M>
-class Dispatch {
+class CallImpl {
  public:
   /// Runs the snapshots `global` and `local` (the module's), taken at `hook_lists_generation`
   /// `generation` (read before them), which must outlive this dispatch; the call takes no
-  /// reference of its own (nn's dispatch cache lends them, other kinds take `CallSnapshots` for
+  /// reference of its own (nn's call cache lends them, other kinds take `CallSnapshots` for
   /// each call).
-  MODHOOKS_ALWAYS_INLINE Dispatch(const HookSnapshots<M>& global, const HookSnapshots<M>& local,
+  MODHOOKS_ALWAYS_INLINE CallImpl(const HookSnapshots<M>& global, const HookSnapshots<M>& local,
                                   std::uint64_t generation)
       : global_(&global),
         local_(&local),
-        kinds_(global.kinds() | local.kinds()),
+        lists_(global.lists() | local.lists()),
         generation_(generation) {}
-  MODHOOKS_ALWAYS_INLINE explicit Dispatch(const CallSnapshots<M>& snapshots)
-      : Dispatch(snapshots.global, snapshots.local, snapshots.generation) {}
-  Dispatch(const Dispatch&) = delete;
-  Dispatch& operator=(const Dispatch&) = delete;
+  MODHOOKS_ALWAYS_INLINE explicit CallImpl(const CallSnapshots<M>& snapshots)
+      : CallImpl(snapshots.global, snapshots.local, snapshots.generation) {}
+  CallImpl(const CallImpl&) = delete;
+  CallImpl& operator=(const CallImpl&) = delete;
 
-  bool has_pre_hooks() const { return (kinds_ & Hooks::kForwardPre) != 0; }
-  bool has_forward_hooks() const { return (kinds_ & Hooks::kForward) != 0; }
+  bool has_pre_hooks() const { return (lists_ & Hooks::kForwardPre) != 0; }
+  bool has_forward_hooks() const { return (lists_ & Hooks::kForward) != 0; }
   bool has_backward_hooks() const {
-    return (kinds_ & (Hooks::kBackwardPre | Hooks::kBackward)) != 0;
+    return (lists_ & (Hooks::kBackwardPre | Hooks::kBackward)) != 0;
   }
-  bool empty() const { return kinds_ == 0; }
+  bool empty() const { return lists_ == 0; }
   /// Whether a hook list changed since the snapshots were taken (the forward hooks and the
   /// always-call hooks will be read anew).
   bool lists_changed() const {
@@ -183,6 +246,7 @@ class Dispatch {
   /// The whole call: `enter`, `call.forward()`, `exit`.
   template <class Call>
   MODHOOKS_ALWAYS_INLINE void run(M& module, Call& call) {
+    static_assert(meets_call_contract<M, Call, true>());
     guarded(module, call, [&]() MODHOOKS_ALWAYS_INLINE {
       enter_steps(module, call);
       call.forward();
@@ -194,6 +258,7 @@ class Dispatch {
   /// backward wiring.
   template <class Call>
   void enter(M& module, Call& call) {
+    static_assert(meets_call_contract<M, Call, false>());
     guarded(module, call, [&] { enter_steps(module, call); });
   }
 
@@ -201,6 +266,7 @@ class Dispatch {
   /// backward wiring.
   template <class Call>
   void exit(M& module, Call& call) {
+    static_assert(meets_call_contract<M, Call, false>());
     guarded(module, call, [&] { exit_steps(module, call); });
   }
 
@@ -277,8 +343,8 @@ class Dispatch {
   MODHOOKS_COLD void snapshot_lists(Call& call) {
     auto fresh = std::make_unique<CallSnapshots<M>>();
     call.snapshot_lists(*fresh);
-    const std::uint32_t forward = (fresh->global.kinds() | fresh->local.kinds()) & Hooks::kForward;
-    kinds_ = (kinds_ & ~static_cast<std::uint32_t>(Hooks::kForward)) | forward;
+    const std::uint32_t forward = (fresh->global.lists() | fresh->local.lists()) & Hooks::kForward;
+    lists_ = (lists_ & ~static_cast<std::uint32_t>(Hooks::kForward)) | forward;
     global_ = &fresh->global;
     local_ = &fresh->local;
     generation_ = fresh->generation;
@@ -379,7 +445,7 @@ class Dispatch {
   const HookSnapshots<M>* global_;  // the global lists it runs
   const HookSnapshots<M>* local_;   // the module's
 
-  std::uint32_t kinds_;       // which kinds of hooks the snapshots hold (`ModuleHooks::Kind`)
+  std::uint32_t lists_;       // which kinds of hooks the snapshots hold (`ModuleHooks::List`)
   bool replaced_ = false;     // hooks replaced the args or the output, not accepted yet
   std::uint64_t generation_;  // `hook_lists_generation` when the snapshots run were taken
   c10::intrusive_ptr<BackwardHookBase> backward_;

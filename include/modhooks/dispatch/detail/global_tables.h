@@ -11,19 +11,17 @@
 #include "modhooks/version.h"
 
 // The definitions behind global.h, for the one unit of each adapter that instantiates them for
-// its kind: the global tables of a kind come from its adapter, as
-//   template struct modhooks::detail::GlobalHooksActive<Kind>;
-//   template const std::shared_ptr<modhooks::detail::ModuleHooks<Kind>>&
-//   modhooks::detail::global_hooks<Kind>();
+// its kind: the global lists of a kind come from its adapter, as
+//   template struct modhooks::detail::GlobalHooks<Kind>;
 // and declared `extern template` in a header of the adapter that its callers include.
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 template <class M>
-std::atomic<std::int64_t> GlobalHooksActive<M>::count{0};
+std::atomic<std::int64_t> GlobalHooks<M>::count{0};
 
-/// Keeps `global_hooks_active<M>` equal to the number of hooks in the global tables of `M`.
+/// Keeps `global_hooks_active<M>` equal to the number of hooks in the global lists of `M`.
 template <class M>
 class GlobalCounter final : public HookObserver {
  public:
@@ -33,7 +31,7 @@ class GlobalCounter final : public HookObserver {
 };
 
 template <class M>
-const std::shared_ptr<ModuleHooks<M>>& global_hooks() {
+const std::shared_ptr<ModuleHooks<M>>& GlobalHooks<M>::tables() {
   static const std::shared_ptr<ModuleHooks<M>> hooks = [] {
     auto made = std::make_shared<ModuleHooks<M>>(std::make_shared<GlobalCounter<M>>());
     add_global_tables([tables = made.get()](std::uint64_t id) {

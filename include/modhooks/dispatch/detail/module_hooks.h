@@ -47,17 +47,17 @@ template <class M>
 using BackwardHookFn =
     std::function<std::optional<TensorList>(M&, const TensorList&, const TensorList&)>;
 
-/// The hook tables of one module, or the global ones. Every list counts into
+/// The hook lists of one module, or the global ones. Every list counts into
 /// `call_hooks_active`, which keeps `call` on its fast path while nothing is registered.
 /// `observer`, when given, hears of every hook added or removed (see `HookObserver`); the
 /// tables keep it alive.
 ///
-/// Aligned to a cache line, so that the word of kinds and the forward list's snapshot pointer
-/// after it, all that a call with forward hooks only reads of its tables, share one line.
+/// Aligned to a cache line, so that the word of lists and the forward list's snapshot pointer
+/// after it, all that a call with forward hooks only reads of its lists, share one line.
 template <class M>
 struct alignas(64) ModuleHooks {
   /// The bits of `kinds`: which lists hold hooks.
-  enum Kind : std::uint32_t {
+  enum List : std::uint32_t {
     kForward = 1,
     kForwardPre = 2,
     kBackwardPre = 4,
@@ -69,25 +69,25 @@ struct alignas(64) ModuleHooks {
       : observer(std::move(observer)), guard(guard) {}
 
   /// No hook in any list (a relaxed load: a hook added meanwhile may or may not be seen).
-  bool empty() const noexcept { return kinds.load(std::memory_order_relaxed) == 0; }
+  bool empty() const noexcept { return lists.load(std::memory_order_relaxed) == 0; }
 
   std::shared_ptr<HookObserver> observer;  // declared first: the lists report to it as they die
   SpinLock* guard;
-  std::atomic<std::uint32_t> kinds{0};  // `Kind` bits, kept by the lists
+  std::atomic<std::uint32_t> lists{0};  // `List` bits, kept by the lists
   HookList<ForwardHookEntry<M>> forward{&call_hooks_active, observer.get(), guard,
-                                        KindBits{&kinds, kForward}};
+                                        ListBits{&lists, kForward}};
   HookList<ForwardPreHookFn<M>> forward_pre{&call_hooks_active, observer.get(), guard,
-                                            KindBits{&kinds, kForwardPre}};
+                                            ListBits{&lists, kForwardPre}};
   HookList<BackwardPreHookFn<M>> backward_pre{&call_hooks_active, observer.get(), guard,
-                                              KindBits{&kinds, kBackwardPre}};
+                                              ListBits{&lists, kBackwardPre}};
   HookList<BackwardHookFn<M>> backward{&call_hooks_active, observer.get(), guard,
-                                       KindBits{&kinds, kBackward}};
+                                       ListBits{&lists, kBackward}};
 };
 
 /// The lists of one `ModuleHooks` as one call sees them: snapshots taken when the call starts,
-/// so that the call needs no reference to the tables themselves (each reference costs a hooked
+/// so that the call needs no reference to the lists themselves (each reference costs a hooked
 /// call two atomic operations). Only the lists that held hooks are snapshotted, read from the
-/// tables' word of kinds: a call touches the cache lines of those lists alone, and its lists that
+/// tables' word of lists: a call touches the cache lines of those lists alone, and its lists that
 /// hold nothing cost it neither a null written nor one tested when it ends (a call with forward
 /// hooks only, the common one, would otherwise pay for seven empty snapshots).
 template <class M>
@@ -106,15 +106,15 @@ class HookSnapshots {
     take(hooks, guarded);
   }
   /// Snapshots the lists of `hooks` into these, which hold none yet. `hooks` may be null (no
-  /// tables); it is not used afterwards. `guarded`: the caller holds the tables' guard.
+  /// tables); it is not used afterwards. `guarded`: the caller holds the lists' guard.
   MODHOOKS_ALWAYS_INLINE void take(const ModuleHooks<M>* hooks, bool guarded) {
-    kinds_ = hooks ? hooks->kinds.load(std::memory_order_relaxed) : 0;
-    if (kinds_ == 0) return;
+    lists_ = hooks ? hooks->lists.load(std::memory_order_relaxed) : 0;
+    if (lists_ == 0) return;
     take(forward_, hooks->forward, Hooks::kForward, guarded);
     take(forward_pre_, hooks->forward_pre, Hooks::kForwardPre, guarded);
-    if (C10_UNLIKELY((kinds_ & kBackwardKinds) != 0)) take_backward(*hooks, guarded);
+    if (C10_UNLIKELY((lists_ & kBackwardLists) != 0)) take_backward(*hooks, guarded);
   }
-  HookSnapshots(HookSnapshots&& other) noexcept : kinds_(std::exchange(other.kinds_, 0)) {
+  HookSnapshots(HookSnapshots&& other) noexcept : lists_(std::exchange(other.lists_, 0)) {
     each([&](auto member) {
       using Slot = std::remove_reference_t<decltype(this->*member)>;
       new (&(this->*member)) Slot(std::move(other.*member));
@@ -124,60 +124,60 @@ class HookSnapshots {
   HookSnapshots& operator=(const HookSnapshots&) = delete;
   HookSnapshots& operator=(HookSnapshots&&) = delete;
   MODHOOKS_ALWAYS_INLINE ~HookSnapshots() {
-    if (kinds_ == 0) return;
-    if ((kinds_ & Hooks::kForward) != 0) forward_.~Snapshot<ForwardHookEntry<M>>();
-    if ((kinds_ & Hooks::kForwardPre) != 0) forward_pre_.~Snapshot<ForwardPreHookFn<M>>();
-    if (C10_UNLIKELY((kinds_ & kBackwardKinds) != 0)) release_backward();
+    if (lists_ == 0) return;
+    if ((lists_ & Hooks::kForward) != 0) forward_.~Snapshot<ForwardHookEntry<M>>();
+    if ((lists_ & Hooks::kForwardPre) != 0) forward_pre_.~Snapshot<ForwardPreHookFn<M>>();
+    if (C10_UNLIKELY((lists_ & kBackwardLists) != 0)) release_backward();
   }
 
-  /// The `ModuleHooks::Kind` bits of the lists snapshotted (non-empty when the call started).
-  std::uint32_t kinds() const noexcept { return kinds_; }
+  /// The `ModuleHooks::List` bits of the lists snapshotted (non-empty when the call started).
+  std::uint32_t lists() const noexcept { return lists_; }
   /// Each list's hooks, null where it held none.
   const Items<ForwardHookEntry<M>>* forward() const noexcept {
-    return (kinds_ & Hooks::kForward) != 0 ? &*forward_ : nullptr;
+    return (lists_ & Hooks::kForward) != 0 ? &*forward_ : nullptr;
   }
   const Items<ForwardPreHookFn<M>>* forward_pre() const noexcept {
-    return (kinds_ & Hooks::kForwardPre) != 0 ? &*forward_pre_ : nullptr;
+    return (lists_ & Hooks::kForwardPre) != 0 ? &*forward_pre_ : nullptr;
   }
   /// Shares of the backward lists' snapshots (null where empty), for the backward pass.
   Snapshot<BackwardPreHookFn<M>> backward_pre() const noexcept {
-    return (kinds_ & Hooks::kBackwardPre) != 0 ? backward_pre_ : nullptr;
+    return (lists_ & Hooks::kBackwardPre) != 0 ? backward_pre_ : nullptr;
   }
   Snapshot<BackwardHookFn<M>> backward() const noexcept {
-    return (kinds_ & Hooks::kBackward) != 0 ? backward_ : nullptr;
+    return (lists_ & Hooks::kBackward) != 0 ? backward_ : nullptr;
   }
 
  private:
-  static constexpr std::uint32_t kBackwardKinds = Hooks::kBackwardPre | Hooks::kBackward;
+  static constexpr std::uint32_t kBackwardLists = Hooks::kBackwardPre | Hooks::kBackward;
 
   /// Makes the snapshot of `list` in `slot` where `bit` is set; a list emptied since the word was
   /// read leaves its bit cleared and its slot empty.
   template <class Hook>
   MODHOOKS_ALWAYS_INLINE void take(Snapshot<Hook>& slot, const HookList<Hook>& list,
                                    std::uint32_t bit, bool guarded) {
-    if ((kinds_ & bit) == 0) return;
+    if ((lists_ & bit) == 0) return;
     new (&slot) Snapshot<Hook>(guarded ? list.snapshot_guarded() : list.snapshot());
-    if (C10_UNLIKELY(!slot)) kinds_ &= ~bit;  // a null snapshot owns nothing
+    if (C10_UNLIKELY(!slot)) lists_ &= ~bit;  // a null snapshot owns nothing
   }
   MODHOOKS_COLD void take_backward(const ModuleHooks<M>& hooks, bool guarded) {
     take(backward_pre_, hooks.backward_pre, Hooks::kBackwardPre, guarded);
     take(backward_, hooks.backward, Hooks::kBackward, guarded);
   }
   MODHOOKS_COLD void release_backward() noexcept {
-    if ((kinds_ & Hooks::kBackwardPre) != 0) backward_pre_.~Snapshot<BackwardPreHookFn<M>>();
-    if ((kinds_ & Hooks::kBackward) != 0) backward_.~Snapshot<BackwardHookFn<M>>();
+    if ((lists_ & Hooks::kBackwardPre) != 0) backward_pre_.~Snapshot<BackwardPreHookFn<M>>();
+    if ((lists_ & Hooks::kBackward) != 0) backward_.~Snapshot<BackwardHookFn<M>>();
   }
   /// Calls `f` with a pointer to each member slot that holds a snapshot.
   template <class F>
   void each(F&& f) {
-    if ((kinds_ & Hooks::kForward) != 0) f(&HookSnapshots::forward_);
-    if ((kinds_ & Hooks::kForwardPre) != 0) f(&HookSnapshots::forward_pre_);
-    if ((kinds_ & Hooks::kBackwardPre) != 0) f(&HookSnapshots::backward_pre_);
-    if ((kinds_ & Hooks::kBackward) != 0) f(&HookSnapshots::backward_);
+    if ((lists_ & Hooks::kForward) != 0) f(&HookSnapshots::forward_);
+    if ((lists_ & Hooks::kForwardPre) != 0) f(&HookSnapshots::forward_pre_);
+    if ((lists_ & Hooks::kBackwardPre) != 0) f(&HookSnapshots::backward_pre_);
+    if ((lists_ & Hooks::kBackward) != 0) f(&HookSnapshots::backward_);
   }
 
-  std::uint32_t kinds_ = 0;
-  // Each slot lives while its bit of `kinds_` is set.
+  std::uint32_t lists_ = 0;
+  // Each slot lives while its bit of `lists_` is set.
   union {
     Snapshot<ForwardHookEntry<M>> forward_;
   };

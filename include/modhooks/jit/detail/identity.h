@@ -18,7 +18,7 @@ MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
 /// `torch::jit::Module` is a value handle: every copy, every `named_children()` entry, names the
-/// same object, so the object is the identity, and its tables are dropped once the object dies.
+/// same object, so the object is the identity, and its hook lists are dropped once the object dies.
 inline torch::jit::Module& module_ref(const torch::jit::Module& module) noexcept {
   return const_cast<torch::jit::Module&>(module);  // a handle: hooks attach to its object
 }

@@ -21,10 +21,8 @@ namespace detail {
 /// Where TorchScript modules' call hooks live, keyed by the object (identity.h).
 using JitHooks = ModuleHooks<torch::jit::Module>;
 
-/// The global tables of this kind, instantiated in the library (src/jit/registry.cpp).
-extern template struct GlobalHooksActive<torch::jit::Module>;
-extern template const std::shared_ptr<ModuleHooks<torch::jit::Module>>&
-global_hooks<torch::jit::Module>();
+/// The global lists of this kind, instantiated in the library (src/jit/registry.cpp).
+extern template struct GlobalHooks<torch::jit::Module>;
 
 template <>
 ModuleTable<JitHooks, JitOwner>& jit_table<JitHooks>() noexcept;
@@ -41,7 +39,7 @@ void require_full_calls(const torch::jit::Module& module);
 /// The same for every model, for the rest of the process: a global always-call hook arrived.
 void require_full_calls_everywhere();
 
-/// What registering a forward hook sets up for TorchScript modules beyond the tables (see
+/// What registering a forward hook sets up for TorchScript modules beyond the lists (see
 /// register.h): an always-call hook needs full calls.
 inline void forward_hook_added(torch::jit::Module& module, bool always_call) {
   if (always_call) require_full_calls(module);

@@ -143,7 +143,7 @@ MODHOOKS_COLD void resize_shown_args(std::vector<c10::IValue>& args, std::size_t
 
 /// The `args` hooks see: forward's arguments `values` (a tuple of values or references), boxed,
 /// with tensors borrowed (see `ShownValue`) from `values`, which outlive the showing, in a vector
-/// the caller lends (nn's dispatch cache keeps one per slot, between calls at the size of its last
+/// the caller lends (nn's call cache keeps one per slot, between calls at the size of its last
 /// one, its elements None), so that a hooked call neither allocates nor calls out of line to fill
 /// it. Which elements are borrowed is known from the types, so showing and hiding are a few stores
 /// per argument. Empty until `show`, and again after `hide`: a call shows its arguments only to

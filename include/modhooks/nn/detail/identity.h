@@ -59,7 +59,7 @@ std::shared_ptr<Hooks> data_entry_for(ModuleTable<Hooks, NnOwner>& table, torch:
   return table.get_or_create(&module, NnOwner::of(module), std::forward<Make>(make)...);
 }
 
-/// The same for hook tables. Hooks capture what their module's user gave them, so an entry
+/// The same for hook lists. Hooks capture what their module's user gave them, so an entry
 /// that could pass to a new module at a dead one's address would call hooks whose captures
 /// are gone: a module not owned by a shared_ptr is refused.
 template <class Hooks, class... Make>

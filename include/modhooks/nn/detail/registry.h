@@ -25,10 +25,8 @@ namespace detail {
 
 using NnHooks = ModuleHooks<torch::nn::Module>;
 
-/// The global tables of this kind, instantiated in the library (src/nn/registry.cpp).
-extern template struct GlobalHooksActive<torch::nn::Module>;
-extern template const std::shared_ptr<ModuleHooks<torch::nn::Module>>&
-global_hooks<torch::nn::Module>();
+/// The global lists of this kind, instantiated in the library (src/nn/registry.cpp).
+extern template struct GlobalHooks<torch::nn::Module>;
 
 /// The hook table itself is a namespace-scope object of the library rather than a function's
 /// static: every hooked call of an nn module reaches it (`take_module_hooks`, inlined into the
@@ -39,16 +37,8 @@ inline ModuleTable<NnHooks, NnOwner>& nn_table<NnHooks>() noexcept {
   return nn_hooks_table;
 }
 
-/// The hook tables of `module`, or null when it has none.
+/// The hook lists of `module`, or null when it has none.
 std::shared_ptr<NnHooks> find_hooks(const torch::nn::Module& module);
-
-/// The global tables of nn modules where global hooks exist, else null: what a call snapshots
-/// beside the module's own lists.
-MODHOOKS_ALWAYS_INLINE inline const NnHooks* active_global_hooks() {
-  return C10_LIKELY(global_hooks_active<torch::nn::Module>().load(std::memory_order_relaxed) == 0)
-             ? nullptr
-             : global_hooks<torch::nn::Module>().get();
-}
 
 /// Snapshots of the hook lists of `module`, taken under the table's lock, into `local`.
 MODHOOKS_ALWAYS_INLINE inline void take_module_hooks(const torch::nn::Module& module,
@@ -61,13 +51,13 @@ MODHOOKS_ALWAYS_INLINE inline void take_module_hooks(const torch::nn::Module& mo
   }
 }
 
-/// The hook tables of `module`, created on first use.
+/// The hook lists of `module`, created on first use.
 std::shared_ptr<NnHooks> hooks_for(torch::nn::Module& module);
 
 /// The snapshots of one module's lists and the global ones, as this thread last took them (see
-/// `DispatchCache`), and the vector its calls show their arguments in. Three cache lines,
+/// `CallCache`), and the vector its calls show their arguments in. Three cache lines,
 /// aligned; a hit where no global hooks exist reads the first two alone.
-struct alignas(64) CachedDispatch {
+struct alignas(64) CachedCall {
   const torch::nn::Module* key = nullptr;  // null: holds nothing
   std::uint64_t generation = 0;            // `hook_lists_generation` when taken
   NnOwner owner;      // tells a new module at `key` from the one whose snapshots these are
@@ -78,42 +68,42 @@ struct alignas(64) CachedDispatch {
 };
 
 /// The snapshots of the modules this thread called last, so that a hooked call borrows them
-/// (a `Dispatch` runs snapshots it borrows) instead of taking the table's lock and a reference to
+/// (a `CallImpl` runs snapshots it borrows) instead of taking the table's lock and a reference to
 /// each list: while no hook list anywhere changed since they were taken, they are the lists a new
 /// snapshot would give. A slot per module address, direct-mapped. The slots hold references, so
 /// a removed hook lives on in the caches that hold it until each lets go of its stale slots: the
 /// removing thread's at once (`hook_lists_changed_here`), a slot in use when its call ends, and
 /// another thread's at its next hooked call or when it ends.
-struct DispatchCache {
+struct CallCache {
   static constexpr int kBits = 8;
   static std::size_t index(const void* key) noexcept {
     const auto x = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(key));
     return static_cast<std::size_t>((x * 0x9E3779B97F4A7C15ull) >> (64 - kBits));
   }
   std::uint64_t generation = 0;  // the slots not in use were dropped at this generation
-  CachedDispatch slots[std::size_t{1} << kBits];
+  CachedCall slots[std::size_t{1} << kBits];
 };
 
 /// This thread's cache, made by its first hooked call and deleted when it ends
 /// (src/nn/registry.cpp).
-extern MODHOOKS_THREAD_LOCAL DispatchCache* nn_dispatch_cache;
+extern MODHOOKS_THREAD_LOCAL CallCache* nn_dispatch_cache;
 
-/// `cached_dispatch` where the slot of `module` is not current: takes the snapshots anew into it
+/// `cached_call` where the slot of `module` is not current: takes the snapshots anew into it
 /// and pins it. Null where the slot is in use by a call under way on this thread (`module` called
 /// inside its own call, or another module whose slot it shares), or the thread is ending.
-MODHOOKS_COLD CachedDispatch* fill_cached_dispatch(const torch::nn::Module& module);
+MODHOOKS_COLD CachedCall* fill_cached_call(const torch::nn::Module& module);
 
 /// Unpins `slot` after its call, during which hook lists changed: the snapshots it held die now
 /// (a hook that removed itself dies when its call ends, as in Python), with this thread's other
 /// stale ones.
-MODHOOKS_COLD void release_stale_dispatch(CachedDispatch& slot) noexcept;
+MODHOOKS_COLD void release_stale_dispatch(CachedCall& slot) noexcept;
 
 /// The current snapshots of `module`'s lists and the global ones, pinned for the call (`busy`,
 /// which the caller clears): without a lock or a reference while they are in this thread's
-/// cache. Null where the call must take snapshots of its own (see `fill_cached_dispatch`).
-MODHOOKS_ALWAYS_INLINE inline CachedDispatch* cached_dispatch(const torch::nn::Module& module) {
-  if (DispatchCache* cache = nn_dispatch_cache; C10_LIKELY(cache != nullptr)) {
-    CachedDispatch& slot = cache->slots[DispatchCache::index(&module)];
+/// cache. Null where the call must take snapshots of its own (see `fill_cached_call`).
+MODHOOKS_ALWAYS_INLINE inline CachedCall* cached_call(const torch::nn::Module& module) {
+  if (CallCache* cache = nn_dispatch_cache; C10_LIKELY(cache != nullptr)) {
+    CachedCall& slot = cache->slots[CallCache::index(&module)];
     if (C10_LIKELY(slot.key == &module &&
                    slot.generation == hook_lists_generation.load(std::memory_order_relaxed) &&
                    !slot.busy && slot.owner.alive())) {
@@ -121,7 +111,7 @@ MODHOOKS_ALWAYS_INLINE inline CachedDispatch* cached_dispatch(const torch::nn::M
       return &slot;
     }
   }
-  return fill_cached_dispatch(module);
+  return fill_cached_call(module);
 }
 
 }  // namespace detail

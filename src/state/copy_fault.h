@@ -9,6 +9,8 @@
 #include "modhooks/version.h"
 
 // The tests' seam of `load_state_dict`'s all-or-nothing promise: faults injected into its copies.
+// Private to the library, never installed: the tests that inject faults compile against src/
+// (tests/CMakeLists.txt), and what the library reads of it stays one thread-local per load.
 
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
