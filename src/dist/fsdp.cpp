@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dist_detail.h"
+#include "fsdp_param.h"
 #include "modhooks/dist/process_group.h"
 #include "modhooks/nn/utils/detail/tensors.h"
 #include "modhooks/register.h"
@@ -32,6 +33,7 @@ namespace {
 
 using torch::autograd::variable_list;
 namespace ud = nn::utils::detail;
+using fsdp::ShardedParam;
 
 [[noreturn]] void fail_fsdp(const char* id, const std::string& text) {
   modhooks::detail::fail<RuntimeError>(id, "modhooks: " + text);
@@ -56,39 +58,6 @@ void allocate_storage(const at::Tensor& t, std::size_t nbytes) {
   storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
   storage->set_nbytes(nbytes);
 }
-
-/// One parameter of a group: Python's FSDPParam.
-struct ShardedParam {
-  torch::nn::Module* owner = nullptr;  ///< the module whose table holds it
-  std::string name;                    ///< its key there
-  /// The module's member for this parameter (Python's attribute), where the module has one
-  /// that `find_member` knows: it holds `unsharded` while the group is gathered and `shard`
-  /// otherwise, as the parameter table does (Python's `_setattr_on_modules`).
-  ud::Member member;
-  /// The tensor the module held at fully_shard, kept as the whole parameter (Python's
-  /// `_unsharded_param`): a view of `gathered` while the group is gathered, a view of the shard
-  /// otherwise, so that a handle to it taken before fully_shard never reads freed storage. It
-  /// keeps its TensorImpl and version counter, so what autograd saved of it reads the next
-  /// gather.
-  at::Tensor unsharded;
-  /// `chunk_rows * world` rows, `unsharded`'s storage while gathered, with a version counter of
-  /// its own: the gather writes through it without changing what autograd checks of
-  /// `unsharded`. Its storage is freed between gathers; views of it autograd saved keep it.
-  at::Tensor gathered;
-  at::Tensor padded;  ///< this rank's shard padded to `chunk_rows` (Python's _sharded_param_data)
-  at::Tensor shard;   ///< `padded`'s first `local_rows` rows: the registered parameter
-  std::vector<int64_t> sizes;  ///< the whole parameter's
-  int64_t rows = 0, chunk_rows = 0, local_rows = 0, row_numel = 0;
-  /// Python's `unsharded_grad_dtype`: `mp_policy`'s reduce dtype, else the parameter's own.
-  /// The whole parameter's gradient is kept in it (Python's `grad_dtype`), so gradients kept
-  /// across unsynced backwards add up in it.
-  c10::ScalarType grad_dtype = at::kFloat;
-
-  int64_t padded_numel() const { return chunk_rows * row_numel; }
-  std::size_t gathered_bytes(int world) const {
-    return static_cast<std::size_t>(padded_numel() * world) * gathered.element_size();
-  }
-};
 
 class ShardState;
 
@@ -766,160 +735,12 @@ void zero_grad(torch::nn::Module& module) {
   for (const auto& s : states_under(module, true)) s->zero_grad();
 }
 
-namespace {
-
-using ShardRef = std::pair<ShardState*, const ShardedParam*>;
-
-/// The sharded parameters under `module` by their key in its state dict.
-std::unordered_map<std::string, ShardRef> shards_by_key(
-    torch::nn::Module& module, const std::vector<std::shared_ptr<ShardState>>& states) {
-  std::unordered_map<const c10::TensorImpl*, ShardRef> by_impl;
-  for (const auto& s : states) {
-    for (const ShardedParam& p : s->params()) {
-      by_impl[p.shard.unsafeGetTensorImpl()] = {s.get(), &p};
-      by_impl[p.unsharded.unsafeGetTensorImpl()] = {s.get(), &p};  // read inside a forward
-    }
+std::vector<fsdp::ShardGroup> fsdp::shard_groups_under(torch::nn::Module& module) {
+  std::vector<ShardGroup> groups;
+  for (const auto& s : states_under(module, true)) {
+    groups.push_back({s->rank(), s->world(), s->group(), &s->params()});
   }
-  std::unordered_map<std::string, ShardRef> out;
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-    auto it = by_impl.find(item.value().unsafeGetTensorImpl());
-    if (it != by_impl.end()) out.emplace(item.key(), it->second);
-  }
-  return out;
-}
-
-}  // namespace
-
-StateDict get_model_state_dict(torch::nn::Module& module, const StateDictOptions& options) {
-  StateDict local = modhooks::state_dict(module);
-  if (!options.full_state_dict()) return local;
-  auto states = states_under(module, true);
-  const int rank = states.empty() ? get_rank() : states.front()->rank();
-  const bool keep = !options.cpu_offload() || rank == 0;
-  StateDict full;
-  const auto shards = shards_by_key(module, states);
-  torch::NoGradGuard no_grad;
-  for (const auto& [key, tensor] : local) {
-    at::Tensor value = tensor;
-    auto it = shards.find(key);
-    if (it != shards.end()) {
-      // The whole tensor: this parameter's padded shards gathered from every rank.
-      ShardState& s = *it->second.first;
-      const ShardedParam& p = *it->second.second;
-      at::Tensor output = at::empty({p.padded_numel() * s.world()}, p.padded.options());
-      at::Tensor input = p.padded.reshape({-1}).clone();
-      if (s.world() > 1) {
-        translate("all_gather", [&] { s.group()->all_gather_single(output, input)->wait(); });
-      } else {
-        output.copy_(input);
-      }
-      std::vector<int64_t> gathered = p.sizes;
-      gathered[0] = p.chunk_rows * s.world();
-      value = output.view(gathered).narrow(0, 0, p.rows).clone();
-    } else {
-      value = tensor.detach().clone();
-    }
-    if (!keep) continue;
-    if (options.cpu_offload()) value = value.cpu();
-    full.insert_or_assign(key, value);
-  }
-  return full;
-}
-
-namespace {
-
-/// Where the group's tensors live: a NCCL group has no CPU backend.
-at::Device group_device(const std::vector<std::shared_ptr<ShardState>>& states) {
-  for (const auto& s : states) {
-    if (!s->params().empty()) return s->params().front().padded.device();
-  }
-  return at::Device(at::kCPU);
-}
-
-}  // namespace
-
-void set_model_state_dict(torch::nn::Module& module, const StateDict& state_dict,
-                          const StateDictOptions& options) {
-  if (options.broadcast_from_rank0() && !options.full_state_dict()) {
-    modhooks::detail::fail<ValueError>(
-        "dist.fsdp.broadcast_needs_full",
-        "full_state_dict must be True when broadcast_from_rank0 is True.");
-  }
-  StateDict local = modhooks::state_dict(module);
-  auto states = states_under(module, true);
-  const int rank = states.empty() ? get_rank() : states.front()->rank();
-  const bool reads = !options.broadcast_from_rank0() || rank == 0;
-  const auto shards = shards_by_key(module, states);
-  c10::intrusive_ptr<c10d::ProcessGroup> group =
-      states.empty() ? default_group() : states.front()->group();
-  // Every key and shape checked before anything is written. With broadcast_from_rank0 rank 0
-  // checks and tells the others, so that every rank raises rather than waits.
-  enum Verdict : int64_t { kFits = 0, kKeys = 1, kShape = 2 };
-  Verdict verdict = kFits;
-  std::string text;
-  if (reads) {
-    for (const auto& [key, tensor] : local) {
-      if (!state_dict.contains(key)) text += " missing '" + key + "'";
-    }
-    for (const auto& [key, tensor] : state_dict) {
-      if (!local.contains(key)) text += " unexpected '" + key + "'";
-    }
-    if (!text.empty()) verdict = kKeys;
-    for (const auto& [key, tensor] : local) {
-      if (verdict != kFits) break;
-      auto found = shards.find(key);
-      const std::vector<int64_t> model = found != shards.end() && options.full_state_dict()
-                                             ? found->second.second->sizes
-                                             : tensor.sizes().vec();
-      const at::Tensor& value = state_dict.at(key);
-      if (value.sizes().vec() != model) {
-        verdict = kShape;
-        text = " '" + key + "' has shape " + c10::str(value.sizes()) + ", the model's is " +
-               c10::str(model);
-      }
-    }
-  }
-  if (options.broadcast_from_rank0()) {
-    std::vector<at::Tensor> flag{
-        torch::tensor({static_cast<int64_t>(verdict)}, torch::kInt64).to(group_device(states))};
-    translate("broadcast", [&] { group->broadcast(flag)->wait(); });
-    verdict = static_cast<Verdict>(flag[0].item<int64_t>());
-    if (!reads && verdict != kFits) text = " (rank 0's does not; its error says how)";
-  }
-  if (verdict == kKeys) {
-    modhooks::detail::fail<KeyError>("dist.fsdp.state_dict_keys",
-                                     "modhooks: set_model_state_dict: the state dict does "
-                                     "not fit the model:" +
-                                         text);
-  }
-  if (verdict == kShape) {
-    modhooks::detail::fail<RuntimeError>("dist.fsdp.state_dict_shape",
-                                         "modhooks: set_model_state_dict: the state dict does "
-                                         "not fit the model:" +
-                                             text);
-  }
-  torch::NoGradGuard no_grad;
-  for (const auto& [key, tensor] : local) {
-    auto found = shards.find(key);
-    const ShardedParam* p = found == shards.end() ? nullptr : found->second.second;
-    const std::vector<int64_t> whole = p ? p->sizes : tensor.sizes().vec();
-    at::Tensor value = reads ? state_dict.at(key) : at::Tensor();
-    if (options.full_state_dict() && options.broadcast_from_rank0()) {
-      at::Tensor buffer = reads ? value.to(tensor.device(), tensor.scalar_type()).contiguous()
-                                : at::empty(whole, tensor.options().requires_grad(false));
-      std::vector<at::Tensor> tensors{buffer};
-      translate("broadcast", [&] { group->broadcast(tensors)->wait(); });
-      value = buffer;
-    }
-    if (p != nullptr && options.full_state_dict()) {
-      if (p->local_rows > 0) {
-        p->padded.narrow(0, 0, p->local_rows)
-            .copy_(value.narrow(0, rank * p->chunk_rows, p->local_rows));
-      }
-    } else {
-      tensor.detach().copy_(value);
-    }
-  }
+  return groups;
 }
 
 }  // namespace detail

@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 //
 // What the graph rewriting (instrument.cpp) and the operators it puts at call sites
-// (call_site_ops.cpp) agree on: the operators' names and how a call site is described.
+// (call.cpp) agree on: the operators' names and how a call site is described.
 #pragma once
 
 #include <ATen/core/jit_type.h>

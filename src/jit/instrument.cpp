@@ -13,7 +13,8 @@
 // The methods of the compilation unit are swapped for fresh `GraphFunction`s over the rewritten
 // graphs (fresh executors: the old ones cached optimized plans with the callees inlined); the
 // original function objects are kept and put back, untouched, when the last hook goes. The
-// operators themselves, which fire the hooks when the code runs, are in call_site_ops.cpp.
+// operators themselves, which fire the hooks when the code runs, are in call.cpp, beside the call
+// they fire.
 #include "modhooks/jit/instrument.h"
 
 #include <ATen/core/function.h>

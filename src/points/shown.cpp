@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "modhooks/core/detail/inline.h"
 #include "modhooks/core/error.h"
 
 MODHOOKS_BEGIN_NAMESPACE
@@ -48,8 +49,9 @@ bool unshared(const at::Tensor& alias) {
 /// does not own, with a storage object of its own and no geometry yet: a spare alias where one
 /// fits, else a new one (making a storage and a tensor object is a large part of what a firing
 /// costs).
-at::Tensor alias_over(void* data, std::size_t nbytes, c10::DispatchKeySet keys,
-                      caffe2::TypeMeta dtype, c10::Device device) {
+MODHOOKS_ALWAYS_INLINE inline at::Tensor alias_over(void* data, std::size_t nbytes,
+                                                    c10::DispatchKeySet keys,
+                                                    caffe2::TypeMeta dtype, c10::Device device) {
   c10::DataPtr memory(data, device);
   if (!spare_aliases.empty()) {
     at::Tensor alias = std::move(spare_aliases.back());
@@ -112,12 +114,13 @@ Aliases shown_aliases(at::TensorList xs) {
 
 Aliases tensors_over(const TensorView* views, std::size_t n) {
   Aliases tensors;
+  const c10::DispatchKeySet keys = cpu_keys();
   for (std::size_t i = 0; i < n; ++i) {
     const TensorView& v = views[i];
     const at::IntArrayRef sizes(v.sizes.data(), v.dim);
     const caffe2::TypeMeta dtype = c10::scalarTypeToTypeMeta(static_cast<at::ScalarType>(v.dtype));
     const auto nbytes = static_cast<std::size_t>(c10::multiply_integers(sizes)) * dtype.itemsize();
-    at::Tensor t = alias_over(v.data, nbytes, cpu_keys(), dtype, c10::Device(c10::kCPU));
+    at::Tensor t = alias_over(v.data, nbytes, keys, dtype, c10::Device(c10::kCPU));
     c10::TensorImpl* impl = t.unsafeGetTensorImpl();
     if (impl->storage_offset() != 0) impl->set_storage_offset(0);
     if (impl->sizes() != sizes || !impl->is_contiguous()) impl->set_sizes_contiguous(sizes);
@@ -128,7 +131,10 @@ Aliases tensors_over(const TensorView* views, std::size_t n) {
 
 void give_back(Aliases& tensors) noexcept {
   for (at::Tensor& t : tensors) {
-    if (spare_aliases.size() < kMaxSpareAliases && unshared(t)) {
+    // No hook saw these, so nothing but the firing's own code could share them: two counts,
+    // rather than `unshared`'s whole check, say it did not.
+    if (spare_aliases.size() < kMaxSpareAliases && t.use_count() == 1 &&
+        t.unsafeGetTensorImpl()->storage().use_count() == 1) {
       spare_aliases.push_back(std::move(t));
     }
   }

@@ -189,6 +189,30 @@ def record_case(folder: pathlib.Path, case: str, model, inputs, table, replace, 
     print(f"{folder.name}: {case}: {len(table)} points", flush=True)
 
 
+def write_shared_cases(folder: pathlib.Path, write) -> None:
+    """The cases every compiled kind's fixture writes, each with its kind's `write` (this file's
+    `write_case`, executorch_programs.py's `write_program`): a small ViT, a submodule that returns
+    its own tensors, and the call-sequence scenarios on a point with inputs."""
+    import torchvision
+
+    import oracle_call_sequence as ocs
+
+    vit = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
+                                               num_heads=2, hidden_dim=32, mlp_dim=64,
+                                               num_classes=10)
+    write(folder, "vit", vit, [torch.randn(2, 3, 32, 32)],
+          replace="encoder.layers.encoder_layer_0")
+    # Points on a submodule that returns its own tensors: copying points, one output as eager's.
+    for strict in (False, True):
+        write(folder, "own_tensors_strict" if strict else "own_tensors", OwnTensors(),
+              [torch.randn(4, 8)], replace="pos", plain=True, strict=strict)
+    # The call-sequence scenarios (tests/call_sequence_test.cpp) and Python's answers for them:
+    # float64, no weights.
+    write(folder, "call_sequence", ocs.Parent(), [ocs.example_input()],
+          points=["target", "target.inner"], inputs_at=["target"])
+    (folder / "call_sequence.oracle.json").write_text(json.dumps(ocs.oracle(), indent=1))
+
+
 def build(folder: pathlib.Path) -> None:
     import torchvision
     import transformers
@@ -210,11 +234,6 @@ def build(folder: pathlib.Path) -> None:
     write_case(folder, "resnet18_blocks", resnet, [image], points=blocks, replace="layer3.1",
                plain=True)
 
-    vit = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
-                                               num_heads=2, hidden_dim=32, mlp_dim=64,
-                                               num_classes=10)
-    write_case(folder, "vit", vit, [torch.randn(2, 3, 32, 32)], replace="encoder.layers.encoder_layer_0")
-
     config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
                                      num_attention_heads=2, intermediate_size=64,
                                      max_position_embeddings=64)
@@ -222,18 +241,7 @@ def build(folder: pathlib.Path) -> None:
     ids = torch.randint(0, 100, (2, 16))
     write_case(folder, "bert", bert, [ids], replace="encoder.layer.0.output")
 
-    # Points on a submodule that returns its own tensors: copying points, one output as eager's.
-    for strict in (False, True):
-        write_case(folder, "own_tensors_strict" if strict else "own_tensors", OwnTensors(),
-                   [torch.randn(4, 8)], replace="pos", plain=True, strict=strict)
-
-    # The call-sequence scenarios on a point with inputs (tests/call_sequence_test.cpp), and
-    # Python's answers for them: float64, no weights.
-    import oracle_call_sequence as ocs
-
-    write_case(folder, "call_sequence", ocs.Parent(), [ocs.example_input()],
-               points=["target", "target.inner"], inputs_at=["target"])
-    (folder / "call_sequence.oracle.json").write_text(json.dumps(ocs.oracle(), indent=1))
+    write_shared_cases(folder, write_case)
 
     # A package from another modhooks ABI: the same program, its metadata says 9.9.
     ep = mhx.export(Branchy().eval(), (x,))

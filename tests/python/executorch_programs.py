@@ -18,7 +18,6 @@ Python package, torch and executorch stay the same (a stamp names their hash).
 from __future__ import annotations
 
 import hashlib
-import json
 import pathlib
 import sys
 
@@ -34,7 +33,7 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower  # noqa: E402
 
 import modhooks.export as mhx  # noqa: E402
-from aoti_packages import Branchy, OwnTensors, build_once, record_case  # noqa: E402
+from aoti_packages import Branchy, build_once, record_case, write_shared_cases  # noqa: E402
 
 
 def write_program(folder: pathlib.Path, case: str, model: nn.Module, inputs, points=None,
@@ -76,23 +75,7 @@ def build(folder: pathlib.Path) -> None:
     mobilenet = torchvision.models.mobilenet_v3_small(num_classes=10)
     write_program(folder, "mobilenet_v3_small", mobilenet, [image], replace="features.3")
 
-    vit = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
-                                               num_heads=2, hidden_dim=32, mlp_dim=64,
-                                               num_classes=10)
-    write_program(folder, "vit", vit, [torch.randn(2, 3, 32, 32)],
-                  replace="encoder.layers.encoder_layer_0")
-
-    for strict in (False, True):
-        write_program(folder, "own_tensors_strict" if strict else "own_tensors", OwnTensors(),
-                      [torch.randn(4, 8)], replace="pos", plain=True, strict=strict)
-
-    # The call-sequence scenarios on a point with inputs (tests/call_sequence_test.cpp), and
-    # Python's answers for them: float64, no weights.
-    import oracle_call_sequence as ocs
-
-    write_program(folder, "call_sequence", ocs.Parent(), [ocs.example_input()],
-                  points=["target", "target.inner"], inputs_at=["target"])
-    (folder / "call_sequence.oracle.json").write_text(json.dumps(ocs.oracle(), indent=1))
+    write_shared_cases(folder, write_program)
 
     # Programs to refuse: another modhooks ABI, a program cut short, a file that is no program.
     ep = mhx.export(Branchy().eval(), (x,), backend="executorch")

@@ -13,7 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include "modhooks/core/detail/hooked_filter.h"
 #include "modhooks/core/detail/inline.h"
 #include "modhooks/core/detail/process_state.h"
 #include "modhooks/core/detail/shared_vector.h"
@@ -87,7 +86,13 @@ class HookList final : public HookRemover {
       old = publish(Snapshot::make(std::move(next)));
       if (counter_) counter_->fetch_add(1);
     }
-    if (observer_) observer_->hooks_changed(1);
+    if (observer_) {
+      observer_->hooks_changed(1);
+      // A thread that took its snapshots between `publish` and the observer's count (the
+      // filter of hooked modules) read the new generation and the module's filter slot still at
+      // zero, and kept snapshots without this hook: a second bump makes them stale.
+      hook_lists_generation.fetch_add(1, std::memory_order_release);
+    }
     tell_hook_lists_changed();
     return id;
   }
@@ -112,7 +117,7 @@ class HookList final : public HookRemover {
 
   /// The hooks as they are now, in call order (null when there are none); later changes do
   /// not affect it.
-  Snapshot snapshot() const {
+  MODHOOKS_ALWAYS_INLINE Snapshot snapshot() const {
     if (empty()) return nullptr;
     std::lock_guard<SpinLock> lock(*guard_);
     return entries_;

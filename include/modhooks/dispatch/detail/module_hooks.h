@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <new>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -87,9 +86,7 @@ struct alignas(64) ModuleHooks {
 /// The lists of one `ModuleHooks` as one call sees them: snapshots taken when the call starts,
 /// so that the call needs no reference to the lists themselves (each reference costs a hooked
 /// call two atomic operations). Only the lists that held hooks are snapshotted, read from the
-/// tables' word of lists: a call touches the cache lines of those lists alone, and its lists that
-/// hold nothing cost it neither a null written nor one tested when it ends (a call with forward
-/// hooks only, the common one, would otherwise pay for seven empty snapshots).
+/// word of lists: a call touches the cache lines of those lists alone.
 template <class M>
 class HookSnapshots {
   using Hooks = ModuleHooks<M>;
@@ -100,7 +97,7 @@ class HookSnapshots {
 
  public:
   /// No lists.
-  HookSnapshots() noexcept {}  // NOLINT(modernize-use-equals-default): the slots stay unmade
+  HookSnapshots() noexcept = default;
   /// The lists of `hooks`; see `take`.
   MODHOOKS_ALWAYS_INLINE HookSnapshots(const ModuleHooks<M>* hooks, bool guarded) {
     take(hooks, guarded);
@@ -114,21 +111,16 @@ class HookSnapshots {
     take(forward_pre_, hooks->forward_pre, Hooks::kForwardPre, guarded);
     if (C10_UNLIKELY((lists_ & kBackwardLists) != 0)) take_backward(*hooks, guarded);
   }
-  HookSnapshots(HookSnapshots&& other) noexcept : lists_(std::exchange(other.lists_, 0)) {
-    each([&](auto member) {
-      using Slot = std::remove_reference_t<decltype(this->*member)>;
-      new (&(this->*member)) Slot(std::move(other.*member));
-    });
-  }
+  HookSnapshots(HookSnapshots&& other) noexcept
+      : lists_(std::exchange(other.lists_, 0)),
+        forward_(std::move(other.forward_)),
+        forward_pre_(std::move(other.forward_pre_)),
+        backward_pre_(std::move(other.backward_pre_)),
+        backward_(std::move(other.backward_)) {}
   HookSnapshots(const HookSnapshots&) = delete;
   HookSnapshots& operator=(const HookSnapshots&) = delete;
   HookSnapshots& operator=(HookSnapshots&&) = delete;
-  MODHOOKS_ALWAYS_INLINE ~HookSnapshots() {
-    if (lists_ == 0) return;
-    if ((lists_ & Hooks::kForward) != 0) forward_.~Snapshot<ForwardHookEntry<M>>();
-    if ((lists_ & Hooks::kForwardPre) != 0) forward_pre_.~Snapshot<ForwardPreHookFn<M>>();
-    if (C10_UNLIKELY((lists_ & kBackwardLists) != 0)) release_backward();
-  }
+  ~HookSnapshots() = default;
 
   /// The `ModuleHooks::List` bits of the lists snapshotted (non-empty when the call started).
   std::uint32_t lists() const noexcept { return lists_; }
@@ -140,56 +132,31 @@ class HookSnapshots {
     return (lists_ & Hooks::kForwardPre) != 0 ? &*forward_pre_ : nullptr;
   }
   /// Shares of the backward lists' snapshots (null where empty), for the backward pass.
-  Snapshot<BackwardPreHookFn<M>> backward_pre() const noexcept {
-    return (lists_ & Hooks::kBackwardPre) != 0 ? backward_pre_ : nullptr;
-  }
-  Snapshot<BackwardHookFn<M>> backward() const noexcept {
-    return (lists_ & Hooks::kBackward) != 0 ? backward_ : nullptr;
-  }
+  Snapshot<BackwardPreHookFn<M>> backward_pre() const noexcept { return backward_pre_; }
+  Snapshot<BackwardHookFn<M>> backward() const noexcept { return backward_; }
 
  private:
   static constexpr std::uint32_t kBackwardLists = Hooks::kBackwardPre | Hooks::kBackward;
 
-  /// Makes the snapshot of `list` in `slot` where `bit` is set; a list emptied since the word was
-  /// read leaves its bit cleared and its slot empty.
+  /// Takes the snapshot of `list` into `slot` where `bit` is set; a list emptied since the word
+  /// was read leaves its bit cleared and its slot null.
   template <class Hook>
   MODHOOKS_ALWAYS_INLINE void take(Snapshot<Hook>& slot, const HookList<Hook>& list,
                                    std::uint32_t bit, bool guarded) {
     if ((lists_ & bit) == 0) return;
-    new (&slot) Snapshot<Hook>(guarded ? list.snapshot_guarded() : list.snapshot());
-    if (C10_UNLIKELY(!slot)) lists_ &= ~bit;  // a null snapshot owns nothing
+    slot = guarded ? list.snapshot_guarded() : list.snapshot();
+    if (C10_UNLIKELY(!slot)) lists_ &= ~bit;
   }
   MODHOOKS_COLD void take_backward(const ModuleHooks<M>& hooks, bool guarded) {
     take(backward_pre_, hooks.backward_pre, Hooks::kBackwardPre, guarded);
     take(backward_, hooks.backward, Hooks::kBackward, guarded);
   }
-  MODHOOKS_COLD void release_backward() noexcept {
-    if ((lists_ & Hooks::kBackwardPre) != 0) backward_pre_.~Snapshot<BackwardPreHookFn<M>>();
-    if ((lists_ & Hooks::kBackward) != 0) backward_.~Snapshot<BackwardHookFn<M>>();
-  }
-  /// Calls `f` with a pointer to each member slot that holds a snapshot.
-  template <class F>
-  void each(F&& f) {
-    if ((lists_ & Hooks::kForward) != 0) f(&HookSnapshots::forward_);
-    if ((lists_ & Hooks::kForwardPre) != 0) f(&HookSnapshots::forward_pre_);
-    if ((lists_ & Hooks::kBackwardPre) != 0) f(&HookSnapshots::backward_pre_);
-    if ((lists_ & Hooks::kBackward) != 0) f(&HookSnapshots::backward_);
-  }
 
   std::uint32_t lists_ = 0;
-  // Each slot lives while its bit of `lists_` is set.
-  union {
-    Snapshot<ForwardHookEntry<M>> forward_;
-  };
-  union {
-    Snapshot<ForwardPreHookFn<M>> forward_pre_;
-  };
-  union {
-    Snapshot<BackwardPreHookFn<M>> backward_pre_;
-  };
-  union {
-    Snapshot<BackwardHookFn<M>> backward_;
-  };
+  Snapshot<ForwardHookEntry<M>> forward_;  // each null where its bit of `lists_` is clear
+  Snapshot<ForwardPreHookFn<M>> forward_pre_;
+  Snapshot<BackwardPreHookFn<M>> backward_pre_;
+  Snapshot<BackwardHookFn<M>> backward_;
 };
 
 }  // namespace detail
