@@ -527,6 +527,41 @@ TYPED_TEST_P(Points, HooksTwoModelsOfOnePackageAreHookedSeparately) {
   EXPECT_TRUE(at::allclose(y1[0], c.outputs()[0] + 1, 1e-4, 1e-4));
 }
 
+// As in eager: a hook sees inference tensors in a run inside InferenceMode and normal ones in a
+// run outside it, also where the thread's spare aliases were made in the other mode.
+TYPED_TEST_P(Points, HooksSeeInferenceTensorsExactlyInRunsInInferenceMode) {
+  MODHOOKS_POINT_TYPES;
+  std::vector<bool> seen;  // whether each tensor a hook saw was an inference tensor
+  std::vector<modhooks::RemovableHandle> handles;
+  Case<TypeParam> c("branchy");
+  Net net(c.path);
+  for (const auto& name : net.points()) {
+    handles.push_back(modhooks::register_forward_hook(
+        net.point(name),
+        [&](const Point&, const std::vector<c10::IValue>&, const c10::IValue& out) {
+          for (const auto& t :
+               out.isTensor() ? std::vector<c10::IValue>{out} : out.toTupleRef().elements().vec()) {
+            seen.push_back(t.toTensor().is_inference());
+          }
+        }));
+  }
+  const auto run = [&](bool inference) {
+    seen.clear();
+    if (inference) {
+      const c10::InferenceMode mode;
+      net.run(c.inputs());
+    } else {
+      net.run(c.inputs());
+    }
+    return seen;
+  };
+  const std::vector<bool> normal = run(false);
+  ASSERT_FALSE(normal.empty());
+  EXPECT_EQ(normal, std::vector<bool>(normal.size(), false));
+  EXPECT_EQ(run(true), std::vector<bool>(normal.size(), true));
+  EXPECT_EQ(run(false), normal);
+}
+
 TYPED_TEST_P(Points, HooksRunsFromSeveralThreadsFireTheirOwnModelsHooks) {
   MODHOOKS_POINT_TYPES;
   Case<TypeParam> c("branchy");
@@ -788,6 +823,7 @@ REGISTER_TYPED_TEST_SUITE_P(
     KeepKeptOutputsStayValidAfterTheModelReusesItsBuffers,
     KeepWhatAHookDidToATensorItDroppedIsGoneAtTheNextPoint, HooksPrependOrderHandlesAndGlobalHooks,
     HooksTwoModelsOfOnePackageAreHookedSeparately,
+    HooksSeeInferenceTensorsExactlyInRunsInInferenceMode,
     HooksRunsFromSeveralThreadsFireTheirOwnModelsHooks,
     ErrorsWrongReplacementNamesThePointAndTheModelStaysUsable,
     KeepACopyThatFailsHalfWayLeavesNoKeptTensorOverTheModelsMemory,

@@ -460,76 +460,44 @@ std::uint64_t budget_for(std::uint64_t file_size, std::uint64_t held) {
   return limit > held ? limit - held : 0;
 }
 
-/// torch.save's legacy format: pickles of the magic number, the protocol version, the writer's
-/// sys_info and the object (whose persistent ids name storages by key), a pickled list of the
-/// storage keys, then for each key in that order its element count (int64, little-endian) and
-/// bytes. As torch.load does, storages are allocated when the object's pickle names them and
-/// filled from the data after the pickles; every one must be filled exactly once, from data
-/// inside the file. The file has no checksums.
-template <class Unpickle>
-auto read_legacy(const caffe2::serialize::ReadAdapterInterface& in, Unpickle unpickle) {
-  // The whole file, once: its pickles come first and the storages' bytes after them.
-  std::string file(in.size(), '\0');
-  read_exactly(in, 0, file.data(), file.size(), "the legacy file");
-  std::string_view rest(file);
-  rest.remove_prefix(kLegacyMagic.size());
-  if (rest.substr(0, kLegacyProtocol.size()) != kLegacyProtocol) {
-    fail<FormatError>("checkpoint.legacy.bad_protocol",
-                      "legacy torch.save file whose protocol version is not 1001");
+/// What a legacy file's pickles may not name: a storage outside the object's own pickle.
+c10::Storage no_legacy_storages(const std::string& key, c10::ScalarType, std::uint64_t) {
+  fail<FormatError>("checkpoint.legacy.storage_outside_pickle",
+                    "storage '" + key + "' is named outside the object's pickle");
+}
+
+/// Reads the legacy file's first pickle off `rest`, its sys_info dict ({"protocol_version": 1001,
+/// "little_endian": bool, "type_sizes": {...}}, freed here): whether the storages' bytes are big
+/// endian.
+bool legacy_big_endian(std::string_view& rest, std::uint64_t budget, const std::string& rule,
+                       PickleEnd& end) {
+  const c10::IValue sys_info = unpickle_object(rest, no_legacy_storages, budget, rule, &end);
+  if (!sys_info.isGenericDict())
+    fail<FormatError>("checkpoint.legacy.bad_sys_info", "the legacy file's sys_info is not a dict");
+  const c10::impl::GenericDict info = sys_info.toGenericDict();
+  const auto little = info.find(c10::IValue(std::string("little_endian")));
+  if (little == info.end() || !little->value().isBool()) {
+    fail<FormatError>("checkpoint.legacy.bad_sys_info",
+                      "the legacy file's sys_info has no little_endian flag");
   }
-  rest.remove_prefix(kLegacyProtocol.size());
-  const std::uint64_t held = file.size() + kUncounted;
-  const std::uint64_t budget = budget_for(in.size(), held);
-  const std::string rule = budget_rule(in.size(), held, "the file's bytes");
-  const StorageLoader no_storages = [](const std::string& key, c10::ScalarType,
-                                       std::uint64_t) -> c10::Storage {
-    fail<FormatError>("checkpoint.legacy.storage_outside_pickle",
-                      "storage '" + key + "' is named outside the object's pickle");
-  };
-  PickleEnd end;
-  bool big_endian = false;
-  {
-    // {"protocol_version": 1001, "little_endian": bool, "type_sizes": {...}}, freed here.
-    const c10::IValue sys_info = unpickle_object(rest, no_storages, budget, rule, &end);
-    if (!sys_info.isGenericDict())
-      fail<FormatError>("checkpoint.legacy.bad_sys_info",
-                        "the legacy file's sys_info is not a dict");
-    const c10::impl::GenericDict info = sys_info.toGenericDict();
-    const auto little = info.find(c10::IValue(std::string("little_endian")));
-    if (little == info.end() || !little->value().isBool()) {
-      fail<FormatError>("checkpoint.legacy.bad_sys_info",
-                        "the legacy file's sys_info has no little_endian flag");
-    }
-    big_endian = !little->value().toBool();
-    rest.remove_prefix(end.consumed);
-  }
-  struct Pending {
-    void* data;
-    std::uint64_t numel;
-    c10::ScalarType dtype;
-    bool filled;
-  };
-  std::unordered_map<std::string, Pending> pending;
-  auto result = unpickle(
-      rest,
-      [&](const std::string& key, c10::ScalarType dtype, std::uint64_t numel) {
-        // The unpickler has checked numel * element size against overflow and its budget; the
-        // bytes must also lie in the file, after the pickles.
-        const std::uint64_t nbytes = numel * c10::elementSize(dtype);
-        if (nbytes > file.size()) {
-          fail<FormatError>("checkpoint.legacy.storage_too_large",
-                            "storage '" + key + "' of " + std::to_string(nbytes) +
-                                " bytes is larger than the file");
-        }
-        at::DataPtr data = c10::GetCPUAllocator()->allocate(static_cast<std::size_t>(nbytes));
-        pending.emplace(key, Pending{data.get(), numel, dtype, false});
-        return c10::Storage(c10::Storage::use_byte_size_t(), static_cast<std::int64_t>(nbytes),
-                            std::move(data), c10::GetCPUAllocator(), /*resizable=*/false);
-      },
-      budget, rule, &end);
   rest.remove_prefix(end.consumed);
-  const c10::IValue keys = unpickle_object(rest, no_storages, end.budget_left, rule, &end);
-  rest.remove_prefix(end.consumed);
+  return !little->value().toBool();
+}
+
+/// A storage the object's pickle named, which the file's bytes after the pickles fill.
+struct LegacyStorage {
+  void* data;
+  std::uint64_t numel;
+  c10::ScalarType dtype;
+  bool filled;
+};
+using LegacyStorages = std::unordered_map<std::string, LegacyStorage>;
+
+/// Fills `pending` from `rest`, the bytes after the pickles: for each of `keys` (the last
+/// pickle, a list of str) an element count and the storage's bytes. Each storage the object
+/// named is filled exactly once.
+void fill_legacy_storages(std::string_view rest, const c10::IValue& keys, LegacyStorages& pending,
+                          bool big_endian) {
   if (!keys.isList())
     fail<FormatError>("checkpoint.legacy.bad_storage_keys",
                       "the legacy file's list of storage keys is a " + keys.tagKind());
@@ -543,7 +511,7 @@ auto read_legacy(const caffe2::serialize::ReadAdapterInterface& in, Unpickle unp
       fail<FormatError>(
           "checkpoint.legacy.unused_storage",
           "the file holds data for storage '" + key + "', which its object does not use");
-    Pending& storage = found->second;
+    LegacyStorage& storage = found->second;
     if (storage.filled)
       fail<FormatError>("checkpoint.legacy.duplicate_storage",
                         "the file holds data for storage '" + key + "' twice");
@@ -574,6 +542,53 @@ auto read_legacy(const caffe2::serialize::ReadAdapterInterface& in, Unpickle unp
       fail<FormatError>("checkpoint.legacy.missing_storage",
                         "storage '" + key + "' has no data in the file");
   }
+}
+
+/// torch.save's legacy format: pickles of the magic number, the protocol version, the writer's
+/// sys_info and the object (whose persistent ids name storages by key), a pickled list of the
+/// storage keys, then for each key in that order its element count (int64, little-endian) and
+/// bytes. As torch.load does, storages are allocated when the object's pickle names them and
+/// filled from the data after the pickles; every one must be filled exactly once, from data
+/// inside the file. The file has no checksums.
+template <class Unpickle>
+auto read_legacy(const caffe2::serialize::ReadAdapterInterface& in, Unpickle unpickle) {
+  // The whole file, once: its pickles come first and the storages' bytes after them.
+  std::string file(in.size(), '\0');
+  read_exactly(in, 0, file.data(), file.size(), "the legacy file");
+  std::string_view rest(file);
+  rest.remove_prefix(kLegacyMagic.size());
+  if (rest.substr(0, kLegacyProtocol.size()) != kLegacyProtocol) {
+    fail<FormatError>("checkpoint.legacy.bad_protocol",
+                      "legacy torch.save file whose protocol version is not 1001");
+  }
+  rest.remove_prefix(kLegacyProtocol.size());
+  const std::uint64_t held = file.size() + kUncounted;
+  const std::uint64_t budget = budget_for(in.size(), held);
+  const std::string rule = budget_rule(in.size(), held, "the file's bytes");
+  PickleEnd end;
+  const bool big_endian = legacy_big_endian(rest, budget, rule, end);
+  LegacyStorages pending;
+  auto result = unpickle(
+      rest,
+      [&](const std::string& key, c10::ScalarType dtype, std::uint64_t numel) {
+        // The unpickler has checked numel * element size against overflow and its budget; the
+        // bytes must also lie in the file, after the pickles.
+        const std::uint64_t nbytes = numel * c10::elementSize(dtype);
+        if (nbytes > file.size()) {
+          fail<FormatError>("checkpoint.legacy.storage_too_large",
+                            "storage '" + key + "' of " + std::to_string(nbytes) +
+                                " bytes is larger than the file");
+        }
+        at::DataPtr data = c10::GetCPUAllocator()->allocate(static_cast<std::size_t>(nbytes));
+        pending.emplace(key, LegacyStorage{data.get(), numel, dtype, false});
+        return c10::Storage(c10::Storage::use_byte_size_t(), static_cast<std::int64_t>(nbytes),
+                            std::move(data), c10::GetCPUAllocator(), /*resizable=*/false);
+      },
+      budget, rule, &end);
+  rest.remove_prefix(end.consumed);
+  const c10::IValue keys = unpickle_object(rest, no_legacy_storages, end.budget_left, rule, &end);
+  rest.remove_prefix(end.consumed);
+  fill_legacy_storages(rest, keys, pending, big_endian);
   return result;
 }
 

@@ -32,7 +32,7 @@ constexpr std::size_t kMaxSpareAliases = 64;
 /// gave it autograd state: what a hook did to it is then gone with the firing.
 bool unshared(const at::Tensor& alias) {
   const c10::TensorImpl* impl = alias.unsafeGetTensorImpl();
-  const c10::Storage& storage = impl->storage();
+  const c10::Storage& storage = impl->unsafe_storage();
   if (alias.use_count() != 1 || alias.weak_use_count() != 1 || storage.use_count() != 1 ||
       impl->autograd_meta() != nullptr) {
     return false;
@@ -60,7 +60,7 @@ MODHOOKS_ALWAYS_INLINE inline at::Tensor alias_over(void* data, std::size_t nbyt
     // when it is made.
     if (alias.key_set() == keys && alias.dtype() == dtype && alias.device() == device) {
       alias.unsafeGetTensorImpl()
-          ->storage()
+          ->unsafe_storage()
           .unsafeGetStorageImpl()
           ->UniqueStorageShareExternalPointer(std::move(memory), nbytes);
       return alias;
@@ -90,18 +90,22 @@ at::Tensor shown_alias(const at::Tensor& x) {
   return alias;
 }
 
-/// The keys libtorch gives a dense CPU tensor it makes now (an inference tensor has no autograd
-/// keys), so that a spare alias made in the other mode is not reused.
-c10::DispatchKeySet cpu_keys() {
-  static const c10::DispatchKeySet normal = [] {
+/// The keys libtorch gives a dense CPU tensor it makes in inference mode or out of it (an
+/// inference tensor has no autograd keys), so that a spare alias made in the other mode is not
+/// reused.
+c10::DispatchKeySet cpu_keys(bool inference) {
+  if (inference) {
+    static const c10::DispatchKeySet keys = [] {
+      const c10::InferenceMode on;
+      return at::empty({0}).key_set();
+    }();
+    return keys;
+  }
+  static const c10::DispatchKeySet keys = [] {
     const c10::InferenceMode off(/*enabled=*/false);
     return at::empty({0}).key_set();
   }();
-  static const c10::DispatchKeySet inference = [] {
-    const c10::InferenceMode on;
-    return at::empty({0}).key_set();
-  }();
-  return c10::InferenceMode::is_enabled() ? inference : normal;
+  return keys;
 }
 
 }  // namespace
@@ -112,9 +116,9 @@ Aliases shown_aliases(at::TensorList xs) {
   return shown;
 }
 
-Aliases tensors_over(const TensorView* views, std::size_t n) {
+Aliases tensors_over(const TensorView* views, std::size_t n, bool inference) {
   Aliases tensors;
-  const c10::DispatchKeySet keys = cpu_keys();
+  const c10::DispatchKeySet keys = cpu_keys(inference);
   for (std::size_t i = 0; i < n; ++i) {
     const TensorView& v = views[i];
     const at::IntArrayRef sizes(v.sizes.data(), v.dim);
@@ -134,7 +138,7 @@ void give_back(Aliases& tensors) noexcept {
     // No hook saw these, so nothing but the firing's own code could share them: two counts,
     // rather than `unshared`'s whole check, say it did not.
     if (spare_aliases.size() < kMaxSpareAliases && t.use_count() == 1 &&
-        t.unsafeGetTensorImpl()->storage().use_count() == 1) {
+        t.unsafeGetTensorImpl()->unsafe_storage().use_count() == 1) {
       spare_aliases.push_back(std::move(t));
     }
   }
@@ -149,7 +153,7 @@ void keep_valid(Aliases& shown, at::TensorList xs, c10::string_view point, const
         if (spare_aliases.size() < kMaxSpareAliases) spare_aliases.push_back(std::move(alias));
         continue;
       }
-      const c10::Storage& storage = alias.unsafeGetTensorImpl()->storage();
+      const c10::Storage& storage = alias.unsafeGetTensorImpl()->unsafe_storage();
       const auto nbytes = static_cast<std::int64_t>(storage.nbytes());
       auto bytes = at::TensorOptions().dtype(at::kByte).device(alias.device());
       at::Tensor copy = at::empty({nbytes}, bytes);
@@ -165,7 +169,8 @@ void keep_valid(Aliases& shown, at::TensorList xs, c10::string_view point, const
     // With no memory and libtorch's access check set, every read and write of them (and of
     // their views, which share the storage) raises this text instead.
     for (std::size_t j = i; j < shown.size(); ++j) {
-      c10::StorageImpl* storage = shown[j].unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+      c10::StorageImpl* storage =
+          shown[j].unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
       storage->set_data_ptr_noswap(c10::DataPtr(nullptr, shown[j].device()));
       storage->set_nbytes(0);
       storage->release_data_and_set_meta_custom_data_ptr_error_msg_(

@@ -2,13 +2,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-#include <c10/macros/Macros.h>
 #include <torch/csrc/jit/api/module.h>
 
 #include <atomic>
 #include <vector>
 
 #include "modhooks/core/detail/hook_list.h"
+#include "modhooks/core/detail/inline.h"
 #include "modhooks/jit/detail/registry.h"
 #include "modhooks/version.h"
 
@@ -37,7 +37,7 @@ c10::IValue call_script_with_hooks(torch::jit::Module& module, std::vector<c10::
 /// \endcode
 inline c10::IValue call(const torch::jit::Module& module, std::vector<c10::IValue> inputs) {
   auto& m = const_cast<torch::jit::Module&>(module);  // a handle to the module's object
-  if (C10_LIKELY(detail::call_hooks_active.load(std::memory_order_relaxed) == 0)) {
+  if (MODHOOKS_LIKELY(detail::call_hooks_active.load(std::memory_order_relaxed) == 0)) {
     return m.forward(std::move(inputs));
   }
   return detail::call_script_with_hooks(m, std::move(inputs));

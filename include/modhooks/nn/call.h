@@ -2,7 +2,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-#include <c10/macros/Macros.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -63,7 +62,7 @@ class NnCall {
   }
 
   MODHOOKS_ALWAYS_INLINE const HookArgs& args() {
-    if (C10_UNLIKELY(replaced_.has_value())) return *replaced_;
+    if (MODHOOKS_UNLIKELY(replaced_.has_value())) return *replaced_;
     return shown_.get();
   }
   MODHOOKS_COLD void replace_args(HookArgs&& args) { replaced_ = std::move(args); }
@@ -79,7 +78,7 @@ class NnCall {
   }
   MODHOOKS_ALWAYS_INLINE const HookArgs& forward_args() { return shown_.get(); }
   MODHOOKS_ALWAYS_INLINE ShownValue& output() {
-    if (C10_LIKELY(!output_)) {  // made once, by the forward hooks' step
+    if (MODHOOKS_LIKELY(!output_)) {  // made once, by the forward hooks' step
       if constexpr (std::is_same_v<R, at::Tensor>) {
         if (result_) {
           output_.emplace(ShownValue::Borrow{}, *result_);
@@ -162,12 +161,12 @@ MODHOOKS_ALWAYS_INLINE inline auto run_hooked(CallImpl<torch::nn::Module>& seque
 /// `call_with_hooks` where this thread's cache cannot lend the snapshots (see `cached_call`):
 /// the call takes its own, and a vector of its own to show its arguments in.
 template <class T, class... Args>
-C10_NOINLINE auto call_with_own_snapshots(T& module, Args&&... args)
+MODHOOKS_NOINLINE auto call_with_own_snapshots(T& module, Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
   CallSnapshots<torch::nn::Module> snapshots(global_hooks_if_any<torch::nn::Module>());
   take_module_hooks(module, snapshots.local);
   CallImpl<torch::nn::Module> sequence(snapshots);
-  if (C10_UNLIKELY(sequence.empty())) return module.forward(std::forward<Args>(args)...);
+  if (MODHOOKS_UNLIKELY(sequence.empty())) return module.forward(std::forward<Args>(args)...);
   HookArgs shown;
   return run_hooked(sequence, shown, module, std::forward<Args>(args)...);
 }
@@ -179,7 +178,8 @@ class PinnedCall {
   MODHOOKS_ALWAYS_INLINE explicit PinnedCall(CachedCall& slot) noexcept : slot_(slot) {}
   MODHOOKS_ALWAYS_INLINE ~PinnedCall() {
     slot_.busy = false;
-    if (C10_UNLIKELY(slot_.generation != hook_lists_generation.load(std::memory_order_relaxed))) {
+    if (MODHOOKS_UNLIKELY(slot_.generation !=
+                          hook_lists_generation.load(std::memory_order_relaxed))) {
       release_stale_dispatch(slot_);
     }
   }
@@ -193,15 +193,15 @@ class PinnedCall {
 /// `call` when some hook exists somewhere: the module's and the global hook lists, borrowed from
 /// this thread's cache, around `forward` (`CallImpl::run`).
 template <class T, class... Args>
-C10_NOINLINE auto call_with_hooks(T& module, Args&&... args)
+MODHOOKS_NOINLINE auto call_with_hooks(T& module, Args&&... args)
     -> decltype(module.forward(std::forward<Args>(args)...)) {
   CachedCall* cached = cached_call(module);
-  if (C10_UNLIKELY(cached == nullptr)) {
+  if (MODHOOKS_UNLIKELY(cached == nullptr)) {
     return call_with_own_snapshots(module, std::forward<Args>(args)...);
   }
   const PinnedCall pinned(*cached);
   CallImpl<torch::nn::Module> sequence(cached->global, cached->local, cached->generation);
-  if (C10_UNLIKELY(sequence.empty())) return module.forward(std::forward<Args>(args)...);
+  if (MODHOOKS_UNLIKELY(sequence.empty())) return module.forward(std::forward<Args>(args)...);
   return run_hooked(sequence, cached->shown_args, module, std::forward<Args>(args)...);
 }
 
@@ -253,7 +253,7 @@ template <class M, class... Args, detail::IfNnModule<M> = 0>
 auto call(M&& module, Args&&... args)
     -> decltype(detail::module_ref(module).forward(std::forward<Args>(args)...)) {
   auto& impl = detail::module_ref(module);
-  if (C10_LIKELY(detail::call_hooks_active.load(std::memory_order_relaxed) == 0)) {
+  if (MODHOOKS_LIKELY(detail::call_hooks_active.load(std::memory_order_relaxed) == 0)) {
     return impl.forward(std::forward<Args>(args)...);
   }
   // Other modules have hooks: the filter slot of this one and the count of global hooks tell,

@@ -23,9 +23,9 @@
 MODHOOKS_BEGIN_NAMESPACE
 namespace detail {
 
-/// A word of bits that the lists of one module's tables share (`ModuleHooks::kinds`), and which
-/// of them one list keeps: `nonempty` while it holds hooks. A hooked call reads from this one
-/// word what kinds of hooks it runs, where it read a size from each list's own cache line.
+/// A word of bits that the lists of one module share (`ModuleHooks::lists`), and which of them
+/// one list keeps: `nonempty` while it holds hooks. A hooked call reads from this one word which
+/// lists it runs, where it would read a size from each list's own cache line.
 struct ListBits {
   std::atomic<std::uint32_t>* word = nullptr;
   std::uint32_t nonempty = 0;
@@ -119,8 +119,10 @@ class HookList final : public HookRemover {
   /// not affect it.
   MODHOOKS_ALWAYS_INLINE Snapshot snapshot() const {
     if (empty()) return nullptr;
-    std::lock_guard<SpinLock> lock(*guard_);
-    return entries_;
+    guard_->lock();  // not a lock_guard, which the compiler may leave out of line: nothing throws
+    Snapshot taken = entries_;
+    guard_->unlock();
+    return taken;
   }
 
   /// The same, for a caller that holds the list's guard.
@@ -161,7 +163,7 @@ class HookList final : public HookRemover {
   }
 
   // What a hooked call reads, first after the vtable pointer: one cache line with the word of
-  // kinds that precedes the forward list in `ModuleHooks`.
+  // lists that precedes the forward list in `ModuleHooks`.
   Snapshot entries_ = Snapshot::make({});
   std::atomic<std::size_t> size_{0};
   ListBits lists_;

@@ -295,35 +295,35 @@ class CallImpl {
   template <class Call>
   MODHOOKS_ALWAYS_INLINE void enter_steps(M& module, Call& call) {
     if constexpr (KindTraits<M>::backward) {
-      if (C10_UNLIKELY(has_backward_hooks())) make_backward_hook(module, call);
+      if (MODHOOKS_UNLIKELY(has_backward_hooks())) make_backward_hook(module, call);
     }
     if (has_pre_hooks()) {
-      if (C10_UNLIKELY(global_->forward_pre() != nullptr)) {
+      if (MODHOOKS_UNLIKELY(global_->forward_pre() != nullptr)) {
         run_pre_hooks_cold(*global_->forward_pre(), module, call);
       }
       if (const auto* hooks = local_->forward_pre()) run_pre_hooks(*hooks, module, call);
-      if (C10_UNLIKELY(replaced_)) accept([&] { call.accept_args(); });
+      if (MODHOOKS_UNLIKELY(replaced_)) accept([&] { call.accept_args(); });
     }
     if constexpr (KindTraits<M>::backward) {
-      if (C10_UNLIKELY(backward_)) call.wire_inputs(*backward_);
+      if (MODHOOKS_UNLIKELY(backward_)) call.wire_inputs(*backward_);
     }
   }
 
   template <class Call>
   MODHOOKS_ALWAYS_INLINE void exit_steps(M& module, Call& call) {
     // Python reads the forward hooks now: a pre-hook or forward may have changed the lists.
-    if (C10_UNLIKELY(lists_changed())) snapshot_lists(call);
-    if (C10_LIKELY(has_forward_hooks())) {  // the most common kind of hook
+    if (MODHOOKS_UNLIKELY(lists_changed())) snapshot_lists(call);
+    if (MODHOOKS_LIKELY(has_forward_hooks())) {  // the most common kind of hook
       const HookArgs& args = call.forward_args();
       ShownValue& output = call.output();
-      if (C10_UNLIKELY(global_->forward() != nullptr)) {
+      if (MODHOOKS_UNLIKELY(global_->forward() != nullptr)) {
         run_forward_hooks_cold(*global_->forward(), module, args, output);
       }
       if (const auto* hooks = local_->forward()) run_forward_hooks(*hooks, module, args, output);
-      if (C10_UNLIKELY(replaced_)) accept([&] { call.accept_output(); });
+      if (MODHOOKS_UNLIKELY(replaced_)) accept([&] { call.accept_output(); });
     }
     if constexpr (KindTraits<M>::backward) {
-      if (C10_UNLIKELY(backward_)) call.wire_output(*backward_);
+      if (MODHOOKS_UNLIKELY(backward_)) call.wire_output(*backward_);
     }
   }
 
@@ -357,7 +357,7 @@ class CallImpl {
   MODHOOKS_ALWAYS_INLINE void run_pre_hooks(const Items& hooks, M& module, Call& call) {
     for (const auto& entry : hooks) {
       std::optional<HookArgs> replacement = entry.hook(module, call.args());
-      if (C10_UNLIKELY(replacement.has_value())) replace_args(call, *replacement);
+      if (MODHOOKS_UNLIKELY(replacement.has_value())) replace_args(call, *replacement);
     }
   }
   /// The same for the global list, out of line: global hooks are rare beside a module's own.
@@ -380,7 +380,7 @@ class CallImpl {
     for (const auto& entry : hooks) {
       ++started_;  // before the call: a hook that raises is not run again by the error path
       std::optional<c10::IValue> replacement = entry.hook.fn(module, args, output.get());
-      if (C10_UNLIKELY(replacement.has_value())) replace_output(output, *replacement);
+      if (MODHOOKS_UNLIKELY(replacement.has_value())) replace_output(output, *replacement);
     }
   }
   template <class Items>
@@ -445,7 +445,7 @@ class CallImpl {
   const HookSnapshots<M>* global_;  // the global lists it runs
   const HookSnapshots<M>* local_;   // the module's
 
-  std::uint32_t lists_;       // which kinds of hooks the snapshots hold (`ModuleHooks::List`)
+  std::uint32_t lists_;       // which lists the snapshots hold hooks in (`ModuleHooks::List`)
   bool replaced_ = false;     // hooks replaced the args or the output, not accepted yet
   std::uint64_t generation_;  // `hook_lists_generation` when the snapshots run were taken
   c10::intrusive_ptr<BackwardHookBase> backward_;

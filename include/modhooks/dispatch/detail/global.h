@@ -2,8 +2,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-#include <c10/macros/Macros.h>
-
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -41,7 +39,7 @@ const std::shared_ptr<ModuleHooks<M>>& global_hooks() {
 /// asks before it snapshots the global lists (one relaxed load, inline).
 template <class M>
 MODHOOKS_ALWAYS_INLINE inline bool any_global_hooks() noexcept {
-  return C10_UNLIKELY(global_hooks_active<M>().load(std::memory_order_relaxed) != 0);
+  return MODHOOKS_UNLIKELY(global_hooks_active<M>().load(std::memory_order_relaxed) != 0);
 }
 
 /// The global lists of kind `M` where any global hook exists, else null: what a call snapshots

@@ -4,7 +4,6 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
-#include <c10/macros/Macros.h>
 
 #include <atomic>
 #include <cstdint>
@@ -55,7 +54,7 @@ using BackwardHookFn =
 /// after it, all that a call with forward hooks only reads of its lists, share one line.
 template <class M>
 struct alignas(64) ModuleHooks {
-  /// The bits of `kinds`: which lists hold hooks.
+  /// The bits of `lists`: which lists hold hooks.
   enum List : std::uint32_t {
     kForward = 1,
     kForwardPre = 2,
@@ -109,7 +108,7 @@ class HookSnapshots {
     if (lists_ == 0) return;
     take(forward_, hooks->forward, Hooks::kForward, guarded);
     take(forward_pre_, hooks->forward_pre, Hooks::kForwardPre, guarded);
-    if (C10_UNLIKELY((lists_ & kBackwardLists) != 0)) take_backward(*hooks, guarded);
+    if (MODHOOKS_UNLIKELY((lists_ & kBackwardLists) != 0)) take_backward(*hooks, guarded);
   }
   HookSnapshots(HookSnapshots&& other) noexcept
       : lists_(std::exchange(other.lists_, 0)),
@@ -120,7 +119,7 @@ class HookSnapshots {
   HookSnapshots(const HookSnapshots&) = delete;
   HookSnapshots& operator=(const HookSnapshots&) = delete;
   HookSnapshots& operator=(HookSnapshots&&) = delete;
-  ~HookSnapshots() = default;
+  MODHOOKS_ALWAYS_INLINE ~HookSnapshots() = default;
 
   /// The `ModuleHooks::List` bits of the lists snapshotted (non-empty when the call started).
   std::uint32_t lists() const noexcept { return lists_; }
@@ -145,7 +144,7 @@ class HookSnapshots {
                                    std::uint32_t bit, bool guarded) {
     if ((lists_ & bit) == 0) return;
     slot = guarded ? list.snapshot_guarded() : list.snapshot();
-    if (C10_UNLIKELY(!slot)) lists_ &= ~bit;
+    if (MODHOOKS_UNLIKELY(!slot)) lists_ &= ~bit;
   }
   MODHOOKS_COLD void take_backward(const ModuleHooks<M>& hooks, bool guarded) {
     take(backward_pre_, hooks.backward_pre, Hooks::kBackwardPre, guarded);

@@ -166,7 +166,7 @@ class ShownArgs {
   explicit ShownArgs(std::vector<c10::IValue>& storage) noexcept : storage_(storage) {}
   /// Shows `values`; nothing may be shown already.
   MODHOOKS_ALWAYS_INLINE void show(const Tuple& values) {
-    if (C10_UNLIKELY(storage_.size() != kSize)) resize_shown_args(storage_, kSize);
+    if (MODHOOKS_UNLIKELY(storage_.size() != kSize)) resize_shown_args(storage_, kSize);
     shown_ = true;
     if constexpr (kAllBorrowed) {
       fill(values, std::make_index_sequence<kSize>{});
@@ -182,7 +182,7 @@ class ShownArgs {
   }
   /// Leaves the vector Nones again, if anything is shown.
   MODHOOKS_ALWAYS_INLINE void hide() noexcept {
-    if (C10_LIKELY(shown_)) clear(std::make_index_sequence<kSize>{});
+    if (MODHOOKS_LIKELY(shown_)) clear(std::make_index_sequence<kSize>{});
     shown_ = false;
   }
   ShownArgs(const ShownArgs&) = delete;

@@ -102,11 +102,11 @@ MODHOOKS_COLD void release_stale_dispatch(CachedCall& slot) noexcept;
 /// which the caller clears): without a lock or a reference while they are in this thread's
 /// cache. Null where the call must take snapshots of its own (see `fill_cached_call`).
 MODHOOKS_ALWAYS_INLINE inline CachedCall* cached_call(const torch::nn::Module& module) {
-  if (CallCache* cache = nn_dispatch_cache; C10_LIKELY(cache != nullptr)) {
+  if (CallCache* cache = nn_dispatch_cache; MODHOOKS_LIKELY(cache != nullptr)) {
     CachedCall& slot = cache->slots[CallCache::index(&module)];
-    if (C10_LIKELY(slot.key == &module &&
-                   slot.generation == hook_lists_generation.load(std::memory_order_relaxed) &&
-                   !slot.busy && slot.owner.alive())) {
+    if (MODHOOKS_LIKELY(slot.key == &module &&
+                        slot.generation == hook_lists_generation.load(std::memory_order_relaxed) &&
+                        !slot.busy && slot.owner.alive())) {
       slot.busy = true;
       return &slot;
     }

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/string_view.h>
 
 #include <atomic>
@@ -180,7 +181,8 @@ class Points {
         serving += r->program == &program ? 1 : 0;
       }
       if (serving >= program.runners) program.refuse_reentrant_run();
-      run_ = std::make_unique<Run>(Run{&program, current_, nullptr, {}});
+      run_ = std::make_unique<Run>(
+          Run{&program, current_, nullptr, {}, c10::InferenceMode::is_enabled()});
       current_ = run_.get();
     }
     ~RunScope() { current_ = run_->outer; }
@@ -278,7 +280,7 @@ class Points {
     const P* point = firing(name);
     if (!point) return true;
     try {
-      Aliases targets = tensors_over(views, n);
+      Aliases targets = tensors_over(views, n, current_->inference);
       if (inputs) {
         fire_input(*point, targets);
       } else {
@@ -315,6 +317,9 @@ class Points {
     Run* outer;  // a run started by a hook of another run
     std::exception_ptr error;
     std::vector<std::pair<const P*, std::unique_ptr<OpenCall>>> open;
+    // Whether it runs in inference mode, which a hook cannot change for the rest of the run (the
+    // mode is set by scoped guards): the kind of tensor `fire_over` makes.
+    bool inference;
   };
 
   static bool has_hooks(const P& point) {

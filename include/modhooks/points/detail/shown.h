@@ -28,8 +28,9 @@ Aliases shown_aliases(at::TensorList xs);
 
 /// Tensors over the memory `views` describe, which a runtime other than libtorch owns: the
 /// tensors a point's operator holds, which its firing writes replacements into. Drawn from the
-/// thread's spare aliases as `shown_aliases` draws; `give_back` returns them.
-Aliases tensors_over(const TensorView* views, std::size_t n);
+/// thread's spare aliases as `shown_aliases` draws; `give_back` returns them. `inference`: whether
+/// the run is in inference mode, which decides the tensors' dispatch keys.
+Aliases tensors_over(const TensorView* views, std::size_t n, bool inference);
 
 /// Returns `tensors` (from `tensors_over`, never shown to a hook) to the thread's spare aliases.
 void give_back(Aliases& tensors) noexcept;
